@@ -1,0 +1,53 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Where a remote (Hub) path may land inside a local destination.
+
+Private to the collection: not a public API, may change without notice.
+
+A repository listing comes from a server: a hostile or broken one can name ``../../etc/cron.d/x``
+or a path that walks through a symlink already inside the destination. Every path the collection
+writes goes through :func:`dest_path` first.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+
+class UnsafePathError(ValueError):
+    """A remote path that would land outside the destination directory."""
+
+
+def dest_path(dest, remote_path):
+    """Return the absolute local path for ``remote_path`` inside ``dest``.
+
+    Raises UnsafePathError when the path is empty, absolute, has ``..``/``.``/empty components,
+    carries a NUL or backslash, or resolves (following symlinks that already exist inside
+    ``dest``) to a place outside ``dest``.
+    """
+    if not isinstance(remote_path, str) or not remote_path:
+        raise UnsafePathError("empty remote path")
+    if "\x00" in remote_path:
+        raise UnsafePathError("remote path %r contains a NUL byte" % remote_path)
+    if "\\" in remote_path:
+        # A backslash is a separator on the Hub's Windows clients; refuse rather than guess.
+        raise UnsafePathError("remote path %r contains a backslash" % remote_path)
+    if posixpath.isabs(remote_path):
+        raise UnsafePathError("remote path %r is absolute" % remote_path)
+    parts = remote_path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise UnsafePathError("remote path %r has an empty, '.' or '..' component" % remote_path)
+
+    root = os.path.realpath(dest)
+    candidate = os.path.join(root, *parts)
+    # realpath follows symlinks that exist now; a link inside dest pointing out is caught here.
+    resolved = os.path.realpath(candidate)
+    if resolved != root and not resolved.startswith(root + os.sep):
+        raise UnsafePathError(
+            "remote path %r resolves to %s, outside %s (through a symlink inside the destination)"
+            % (remote_path, resolved, root)
+        )
+    return candidate

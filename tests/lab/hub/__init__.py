@@ -1,0 +1,1 @@
+"""The lab's Hugging Face Hub-compatible server (see README.md)."""

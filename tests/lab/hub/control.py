@@ -1,0 +1,220 @@
+"""What the lab controls on the Hub server: config, bandwidth caps, fault rules, request log."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+DEFAULT_CONFIG = {
+    "cdn_url_ttl": 3600,  # seconds a signed CDN URL stays valid
+    "rate_per_conn": 0,  # bytes/s per connection, 0 = uncapped
+    "rate_total": 0,  # bytes/s over all connections of both addresses, 0 = uncapped
+    "tree_page_size": 1000,  # the Hub's page size for /tree
+    "tree_page_size_expand": 50,  # ... and with expand=true
+}
+
+_INT_KEYS = set(DEFAULT_CONFIG)
+
+ACTIONS = ("status", "reset", "truncate", "stall")
+_MAX_STALL = 600.0  # a stall never outlives a test run
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class TokenBucket:
+    """Token bucket that lets a sender run into debt, so the long-run rate is exact.
+
+    acquire(n) returns how long the caller must sleep before sending n bytes; the sleep happens
+    outside the lock so connections sharing one bucket interleave fairly.
+    """
+
+    def __init__(self, rate: float):
+        self.rate = float(rate)
+        # A small burst keeps rate measurements over a couple of seconds within a few percent.
+        self.burst = max(16 * 1024, self.rate * 0.05)
+        self.tokens = self.burst
+        self.last = time.monotonic()
+        self.lock = threading.Lock()
+
+    def acquire(self, n: int) -> float:
+        with self.lock:
+            now = time.monotonic()
+            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+            self.last = now
+            self.tokens -= n
+            return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
+
+class FaultRule:
+    def __init__(self, spec: dict, index: int):
+        if not isinstance(spec, dict):
+            raise ConfigError("each rule must be a JSON object")
+        unknown = set(spec) - {"name", "server", "method", "path", "query", "nth", "times", "action",
+                               "status", "retry_after", "message", "after_bytes", "seconds"}
+        if unknown:
+            raise ConfigError(f"unknown rule keys: {sorted(unknown)}")
+        self.name = str(spec.get("name") or f"rule{index}")
+        self.server = spec.get("server", "any")
+        if self.server not in ("api", "cdn", "any"):
+            raise ConfigError("server must be api, cdn or any")
+        self.method = spec.get("method")
+        self.method = self.method.upper() if self.method else None
+        try:
+            self.path = re.compile(spec.get("path") or ".*")
+            self.query = re.compile(spec["query"]) if spec.get("query") else None
+        except re.error as e:
+            raise ConfigError(f"bad regex: {e}") from None
+        self.nth = int(spec.get("nth", 1))
+        self.times = spec.get("times")
+        self.times = None if self.times is None else int(self.times)
+        if self.nth < 1 or (self.times is not None and self.times < 0):
+            raise ConfigError("nth must be >= 1 and times >= 0")
+        self.action = spec.get("action", "status")
+        if self.action not in ACTIONS:
+            raise ConfigError(f"action must be one of {ACTIONS}")
+        self.status = int(spec.get("status", 500))
+        if self.action == "status" and not 400 <= self.status <= 599:
+            raise ConfigError("status must be 4xx or 5xx")
+        self.retry_after = spec.get("retry_after")
+        self.message = spec.get("message")
+        self.after_bytes = int(spec.get("after_bytes", 0))
+        self.seconds = min(float(spec.get("seconds", 30)), _MAX_STALL)
+        self.spec = spec
+        self.matched = 0
+        self.fired = 0
+
+    def check(self, server: str, method: str, path: str, query: str) -> bool:
+        """Counts a matching request and says whether the rule fires on it (caller holds the lock)."""
+        if self.server != "any" and self.server != server:
+            return False
+        if self.method and self.method != method:
+            return False
+        if not self.path.search(path):
+            return False
+        if self.query is not None and not self.query.search(query):
+            return False
+        self.matched += 1
+        if self.matched < self.nth:
+            return False
+        if self.times is not None and self.fired >= self.times:
+            return False
+        self.fired += 1
+        return True
+
+    def describe(self) -> dict:
+        return dict(self.spec, name=self.name, matched=self.matched, fired=self.fired)
+
+
+class LabControl:
+    """State shared by the API and CDN listeners; everything here is thread-safe."""
+
+    def __init__(self, base_config: dict | None = None, log_file: str | None = None,
+                 max_log_entries: int = 200_000):
+        self.base_config = dict(DEFAULT_CONFIG)
+        self.base_config.update(base_config or {})
+        self.lock = threading.Lock()
+        self.config = dict(self.base_config)
+        self.rules: list = []
+        self.log: list = []
+        self.seq = 0
+        self.max_log_entries = max_log_entries
+        self.log_fh = open(log_file, "a", encoding="utf-8", buffering=1) if log_file else None
+        self._total_bucket = None
+        self._conn_seq = 0
+
+    # -- config ------------------------------------------------------------------------------
+
+    def update_config(self, changes: dict) -> dict:
+        if not isinstance(changes, dict):
+            raise ConfigError("config must be a JSON object")
+        unknown = set(changes) - _INT_KEYS
+        if unknown:
+            raise ConfigError(f"unknown config keys: {sorted(unknown)}")
+        clean = {}
+        for k, v in changes.items():
+            if v is None:
+                v = 0
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"{k} must be a number >= 0")
+            if k.startswith("tree_page_size") and v < 1:
+                raise ConfigError(f"{k} must be >= 1")
+            clean[k] = v
+        with self.lock:
+            self.config.update(clean)
+            if "rate_total" in clean:
+                self._total_bucket = None
+            return dict(self.config)
+
+    def get_config(self) -> dict:
+        with self.lock:
+            return dict(self.config)
+
+    def total_bucket(self):
+        with self.lock:
+            rate = self.config["rate_total"]
+            if not rate:
+                return None
+            if self._total_bucket is None or self._total_bucket.rate != rate:
+                self._total_bucket = TokenBucket(rate)
+            return self._total_bucket
+
+    def reset(self):
+        with self.lock:
+            self.config = dict(self.base_config)
+            self.rules = []
+            self.log = []
+            self._total_bucket = None
+
+    def next_conn_id(self) -> int:
+        with self.lock:
+            self._conn_seq += 1
+            return self._conn_seq
+
+    # -- faults ------------------------------------------------------------------------------
+
+    def set_faults(self, body, append: bool = False) -> list:
+        specs = body.get("rules") if isinstance(body, dict) else body
+        if not isinstance(specs, list):
+            raise ConfigError('expected {"rules": [...]} or a JSON list of rules')
+        with self.lock:
+            start = len(self.rules) if append else 0
+            new = [FaultRule(s, start + i) for i, s in enumerate(specs)]
+            self.rules = (self.rules + new) if append else new
+            return [r.describe() for r in self.rules]
+
+    def list_faults(self) -> list:
+        with self.lock:
+            return [r.describe() for r in self.rules]
+
+    def match_fault(self, server, method, path, query):
+        """First rule that fires on this request; every matching rule counts the request."""
+        with self.lock:
+            hit = None
+            for r in self.rules:
+                if r.check(server, method, path, query) and hit is None:
+                    hit = r
+            return hit
+
+    # -- request log -------------------------------------------------------------------------
+
+    def record(self, entry: dict):
+        with self.lock:
+            self.seq += 1
+            entry["seq"] = self.seq
+            self.log.append(entry)
+            if len(self.log) > self.max_log_entries:
+                del self.log[: len(self.log) - self.max_log_entries]
+            if self.log_fh is not None:
+                try:
+                    self.log_fh.write(json.dumps(entry, sort_keys=True) + "\n")
+                except OSError:
+                    pass
+
+    def get_log(self, since: int = 0, server: str | None = None) -> list:
+        with self.lock:
+            return [dict(e) for e in self.log
+                    if e["seq"] > since and (server is None or e["server"] == server)]
