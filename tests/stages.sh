@@ -38,8 +38,13 @@ stage() {
 summary() {
     log ""
     log "Stage wall times:"
-    local line
-    for line in "${TIMES[@]}"; do log "  $line"; done
+    local line passed=0 failed=0
+    for line in "${TIMES[@]}"; do
+        log "  $line"
+        case $line in *FAILED*) failed=$((failed + 1)) ;; *) passed=$((passed + 1)) ;; esac
+    done
+    # The plain closing line CI reads: stages, not tests (each test stage prints its own counts).
+    echo "stages: $passed passed, $failed failed"
 }
 
 # --- setup -------------------------------------------------------------------------------------
@@ -82,14 +87,21 @@ setup() {
     stage fixtures do_fixtures
 }
 
+link_collection() {
+    local dir=$CACHE/collections/ansible_collections/gpufleet
+    mkdir -p "$dir"
+    ln -sfn "$ROOT" "$dir/llm"
+}
+
 # --- checks on the collection -------------------------------------------------------------------
 sync_collection() {
     mkdir -p "$COLL"
-    rsync -a --delete --exclude .git --exclude tests/output --filter=':- .gitignore' "$ROOT/" "$COLL/"
+    rsync -a --delete --delete-excluded --exclude .git --exclude tests/output --filter=':- .gitignore' "$ROOT/" "$COLL/"
 }
 
 do_lint() {
-    (cd "$ROOT" && PATH=$VENV/bin:$PATH ansible-lint --profile production)
+    link_collection
+    (cd "$ROOT" && PATH=$VENV/bin:$PATH ANSIBLE_COLLECTIONS_PATH=$CACHE/collections ansible-lint --profile production)
     (cd "$ROOT" && PATH=$VENV/bin:$PATH antsibull-changelog lint)
 }
 
@@ -126,16 +138,15 @@ do_teardown_check() { run_pytest tests/lab/tests/test_lab_teardown.py -q; }
 
 do_integration() {
     sync_collection
-    (cd "$COLL" && PATH=$VENV/bin:$PATH GPUFLEET_LAB_INVENTORY=$INVENTORY \
-        ansible-test integration --venv --python 3.11 --requirements --color no)
+    printf 'GPUFLEET_LAB_INVENTORY=%q\nGPUFLEET_LAB_WHEELHOUSE=%q\n' "$INVENTORY" "$CACHE/wheelhouse/tools" \
+        > "$COLL/tests/integration/lab.env"
+    local out=$CACHE/run/integration.log
+    (cd "$COLL" && PATH=$VENV/bin:$PATH ansible-test integration --venv --python 3.11 --requirements --color no) 2>&1 | tee "$out"
+    # ansible-test exits 0 when every target was skipped: that is no test at all.
+    if grep -q "All targets skipped" "$out"; then log "integration: no target ran"; return 1; fi
 }
 
 # --- demo ----------------------------------------------------------------------------------------
-link_collection() {
-    local dir=$CACHE/collections/ansible_collections/gpufleet
-    mkdir -p "$dir"
-    ln -sfn "$ROOT" "$dir/llm"
-}
 
 do_demo_play() {
     link_collection

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -192,25 +193,65 @@ def ensure_wheelhouse() -> Path:
     return wheels
 
 
+def no_deps_requirements(req: Path) -> list[str]:
+    """`# no-deps: pkg==ver` lines: packages whose own metadata must be ignored (sglang itself
+    demands the CUDA stack); pip's --no-deps applies to a whole command, hence a second one."""
+    found = []
+    for line in req.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("# no-deps:"):
+            spec = line.split(":", 1)[1].strip()
+            if not spec or any(c in spec for c in "'\"$`;&|<> "):
+                raise LabError(f"{req}: malformed no-deps line: {line!r}")
+            found.append(spec)
+    return found
+
+
+def sglang_install_commands(wheels_mnt: str) -> list[list[str]]:
+    """The wheelhouse's own install recipe when it offers one, else the same two steps here."""
+    python = f"{SGLANG_PREFIX}/bin/python"
+    try:
+        sys.path.insert(0, str(HERE))
+        import wheelhouse  # noqa: PLC0415 (written by another helper; optional until it exists)
+        return wheelhouse.install_commands(python, wheels_mnt)
+    except (ImportError, AttributeError):
+        pass
+    finally:
+        sys.path.remove(str(HERE))
+    req = sglang_requirements()
+    base = [python, "-m", "pip", "--isolated", "--disable-pip-version-check", "install",
+            "--no-cache-dir", "--no-index", "--find-links", wheels_mnt]
+    cmds = [base + ["-r", "/mnt/req/" + req.name]]
+    no_deps = no_deps_requirements(req)
+    if no_deps:
+        cmds.append(base + ["--no-deps", *no_deps])
+    return cmds
+
+
 def install_sglang(root: Path) -> None:
     wheels = ensure_wheelhouse()
     req = sglang_requirements()
     log(f"installing SGLang {SGLANG_VERSION} into the rootfs at {SGLANG_PREFIX} ...")
+    q = shlex.quote
+    chroot = f"chroot {q(str(root))} /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root"
+    installs = "\n".join(f"{chroot} {' '.join(q(a) for a in cmd)}"
+                         for cmd in sglang_install_commands("/mnt/wheelhouse"))
+    check = ("import sglang, importlib.metadata as m; "
+             "print('sglang', m.version('sglang'), 'imports in the rootfs')")
     # A private mount namespace drops every bind mount when the install ends, even on a crash;
     # a private empty netns proves the install needs no network (--no-index).
     script = f"""
 set -eu
-R={root}
+R={q(str(root))}
 mkdir -p "$R/mnt/wheelhouse" "$R/mnt/req"
-mount --bind "{wheels}" "$R/mnt/wheelhouse" && mount -o remount,bind,ro "$R/mnt/wheelhouse"
-mount --bind "{req.parent}" "$R/mnt/req" && mount -o remount,bind,ro "$R/mnt/req"
+mount --bind {q(str(wheels))} "$R/mnt/wheelhouse" && mount -o remount,bind,ro "$R/mnt/wheelhouse"
+mount --bind {q(str(req.parent))} "$R/mnt/req" && mount -o remount,bind,ro "$R/mnt/req"
 mount -t proc proc "$R/proc"
 mount --rbind /dev "$R/dev"
 rm -rf "$R{SGLANG_PREFIX}"
-chroot "$R" /usr/bin/python3 -m venv "{SGLANG_PREFIX}"
-chroot "$R" env PIP_DISABLE_PIP_VERSION_CHECK=1 HOME=/root "{SGLANG_PREFIX}/bin/pip" install \
-    --no-cache-dir --no-index --find-links /mnt/wheelhouse -r "/mnt/req/{req.name}"
-chroot "$R" "{SGLANG_PREFIX}/bin/python" -c "import sglang; print('sglang', sglang.__version__)"
+{chroot} /usr/bin/python3 -m venv {SGLANG_PREFIX}
+{installs}
+{chroot} {SGLANG_PREFIX}/bin/python -c {q(check)}
 """
     _run(["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", script],
          "SGLang install")
@@ -501,16 +542,15 @@ def start_host(name: str) -> int:
     return proc.pid
 
 
-def wait_leader(name: str, timeout: float = 30.0) -> int:
+def wait_leader(name: str, supervisor: int, timeout: float = 30.0) -> int:
+    """Wait until the container's PID 1 exists; fail early when the supervisor gave up."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pid = read_pid(host_dir(name) / "nspawn.pid")
-        if pid and pid_alive(pid):
-            leader = leader_pid(pid)
-            if leader:
-                return leader
-        sup = read_pid(host_dir(name) / "supervisor.pid")
-        if sup and not pid_alive(sup) and time.monotonic() > deadline - timeout + 2:
+        leader = leader_pid(pid) if pid and pid_alive(pid) else None
+        if leader:
+            return leader
+        if not pid_alive(supervisor):
             break
         time.sleep(0.1)
     tail = ""
@@ -537,7 +577,6 @@ def stop_host(name: str, timeout: float = 20.0) -> list[str]:
     if hdir.exists():
         (hdir / "stop").touch()
     nspawns = nspawn_pids(name)
-    sups = supervisor_pids(name)
     for pid in nspawns:
         leader = leader_pid(pid)
         if leader:
@@ -574,7 +613,6 @@ def stop_host(name: str, timeout: float = 20.0) -> list[str]:
         if _wait_cgroup_empty(d, 5):
             errors += remove_cgroup_tree(d)
     errors += umount_all_under(hdir)
-    del sups
     return errors
 
 

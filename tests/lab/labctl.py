@@ -214,6 +214,7 @@ def cmd_up(args) -> int:
     addr_of = {name: netlab.host_addr(i) for i, name in enumerate(names, 1)}
     addr_of["hub"] = netlab.HUB_API_ADDR
     addr_of["hub-cdn"] = netlab.HUB_CDN_ADDR
+    started_now: dict[str, int] = {}
     for i, name in enumerate(names, 1):
         netlab.ensure_member(netlab.host_netns(name), f"{netlab.VETH_PREFIX}{name}",
                              [netlab.host_addr(i)])
@@ -222,9 +223,9 @@ def cmd_up(args) -> int:
         hosts.stop_host(name, timeout=5)  # clears a half-dead earlier attempt (cgroups, mounts)
         merged = hosts.mount_overlay(name)
         hosts.prepare_guest(name, merged, addr_of, pubkey)
-        hosts.start_host(name)
-    for name in names:
-        hosts.wait_leader(name)
+        started_now[name] = hosts.start_host(name)
+    for name, supervisor in started_now.items():
+        hosts.wait_leader(name, supervisor)
     hub_pid = start_hub()
     boot_started = time.monotonic()
     pending = dict((name, netlab.host_addr(i)) for i, name in enumerate(names, 1))

@@ -218,8 +218,10 @@ class _Abort(Exception):
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "gpufleet-lab-hub/1"
-    sys_version = ""
     timeout = _IDLE_TIMEOUT
+
+    def version_string(self):
+        return self.server_version
 
     def setup(self):
         super().setup()
@@ -446,6 +448,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if queued == 0:
                 break
             time.sleep(0.005)
+        # Acked is not read: Linux discards a peer's unread data when the RST lands, so give a
+        # client that is reading a moment to take the bytes first.
+        time.sleep(0.05)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             sock.close()
@@ -810,11 +815,14 @@ def main(argv=None) -> int:
     ap.add_argument("--store", required=True, help="fixture store root (contains store/ and blobs/)")
     ap.add_argument("--api", required=True, type=_hostport, help="API address HOST:PORT (port 0: any free)")
     ap.add_argument("--cdn", required=True, type=_hostport, help="CDN address HOST:PORT (port 0: any free)")
-    ap.add_argument("--tokens", help='JSON file: {"<token>": {"name": str, "gated": bool}}')
+    ap.add_argument("--tokens", help='JSON file: {"<token>": {"name": str, "gated": bool}} '
+                    "(default: DIR/tokens.json if it exists)")
     ap.add_argument("--log", help="append the request log here as JSON lines")
     ap.add_argument("--cdn-url-ttl", type=int, default=3600, help="signed CDN URL lifetime (s)")
     ap.add_argument("--tree-page-size", type=int, default=1000, help="entries per /tree page")
     args = ap.parse_args(argv)
+    if args.tokens is None and os.path.isfile(os.path.join(args.store, "tokens.json")):
+        args.tokens = os.path.join(args.store, "tokens.json")
 
     hub = LabHub(args.store, api=args.api, cdn=args.cdn, tokens_file=args.tokens, log_file=args.log,
                  config={"cdn_url_ttl": args.cdn_url_ttl, "tree_page_size": args.tree_page_size})

@@ -90,7 +90,8 @@ def test_sglang_venv_imports(lab, host):
     if not lab.get("sglang_installed"):
         pytest.skip("rootfs was built with --no-sglang: no SGLang venv on the hosts")
     python = lab["sglang_python"]
-    out = ok(lab, host, f"{python} -c 'import sglang; print(sglang.__version__)'", timeout=180)
+    code = 'import sglang, importlib.metadata as m; print(m.version("sglang"))'
+    out = ok(lab, host, f"{python} -c '{code}'", timeout=180)
     assert out.strip() == python.split("/")[-3]
 
 

@@ -2,6 +2,11 @@
 # The model role's install stage against the lab hosts (make lab-up), community.docker's pattern:
 # check mode, for real, both again; the play recap's changed counts are asserted each time.
 set -euo pipefail
+# ansible-test passes only a few environment variables through; `make integration` writes the lab's
+# paths next to the targets instead (tests/integration/lab.env, never committed).
+LAB_ENV=$(dirname "$0")/../../lab.env
+# shellcheck source=/dev/null
+[ -f "$LAB_ENV" ] && . "$LAB_ENV"
 INVENTORY=${GPUFLEET_LAB_INVENTORY:-$HOME/.cache/gpufleet-lab/run/inventory.ini}
 WHEELHOUSE=${GPUFLEET_LAB_WHEELHOUSE:-$HOME/.cache/gpufleet-lab/wheelhouse/tools}
 if [ ! -f "$INVENTORY" ]; then
@@ -11,22 +16,24 @@ fi
 export ANSIBLE_HOST_KEY_CHECKING=False
 VENV=/opt/gpufleet/tools-itest
 
-# play EXPECT ARGS...: run apply.yml, then check every host's changed count: "0" or "some".
+# play EXPECT ARGS...: run apply.yml, then check each host's changed count in the recap: "0" or "some".
 play() {
     local expect=$1; shift
     local out
-    out=$(ANSIBLE_STDOUT_CALLBACK=ansible.builtin.json ansible-playbook -i "$INVENTORY" apply.yml \
+    out=$(ansible-playbook -i "$INVENTORY" apply.yml \
         -e "model_tools_wheelhouse=$WHEELHOUSE" -e "model_tools_venv=$VENV" "$@") || { echo "$out"; exit 1; }
+    echo "$out" | sed -n '/PLAY RECAP/,$p'
     printf '%s' "$out" | python3 -c '
-import json, sys
+import re, sys
 expect, label = sys.argv[1], sys.argv[2]
-stats = json.load(sys.stdin)["stats"]
-assert stats, "no hosts ran"
-for host, s in sorted(stats.items()):
-    good = s["changed"] == 0 if expect == "0" else s["changed"] > 0
-    print("%s: %s changed=%d (expected %s)" % (label, host, s["changed"], expect))
-    assert good and s["failures"] == 0 and s["unreachable"] == 0, "%s: %r" % (host, s)
-' "$expect" "${*:-apply}"
+recap = re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", sys.stdin.read(), re.M)
+assert recap, "no play recap: no host ran"
+for host, changed, unreachable, failed in recap:
+    changed = int(changed)
+    good = changed == 0 if expect == "0" else changed > 0
+    print("%s: %s changed=%d (expected %s)" % (label, host, changed, expect))
+    assert good and unreachable == "0" and failed == "0", "%s: changed=%d unreachable=%s failed=%s" % (host, changed, unreachable, failed)
+' "$expect" "apply ${*}"
 }
 
 ansible-playbook -i "$INVENTORY" cleanup.yml -e "venv=$VENV"
