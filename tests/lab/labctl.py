@@ -116,7 +116,8 @@ def start_hub() -> int | None:
     fixtures = hosts.cache_dir() / "fixtures"
     cmd = ["ip", "netns", "exec", netlab.HUB_NETNS, controller_python(), str(server),
            "--store", str(fixtures), "--api", f"{netlab.HUB_API_ADDR}:{HUB_PORT}",
-           "--cdn", f"{netlab.HUB_CDN_ADDR}:{HUB_PORT}", "--log", str(hdir / "requests.jsonl")]
+           "--cdn", f"{netlab.HUB_CDN_ADDR}:{HUB_PORT}", "--log", str(hdir / "requests.jsonl"),
+           "--tokens", str(fixtures / "tokens.json")]
     with open(hdir / "server.log", "ab") as out:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                 start_new_session=True, cwd=str(hosts.REPO))

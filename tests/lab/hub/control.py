@@ -125,6 +125,10 @@ class LabControl:
         self.log_fh = open(log_file, "a", encoding="utf-8", buffering=1) if log_file else None
         self._total_bucket = None
         self._conn_seq = 0
+        # Responses whose last byte is on its way but whose log entry is not written yet: a client
+        # can see the end of a response before the server thread gets to record it.
+        self._finishing = 0
+        self._settled = threading.Condition(self.lock)
 
     # -- config ------------------------------------------------------------------------------
 
@@ -201,8 +205,15 @@ class LabControl:
 
     # -- request log -------------------------------------------------------------------------
 
-    def record(self, entry: dict):
+    def finishing(self):
         with self.lock:
+            self._finishing += 1
+
+    def record(self, entry: dict, finishing: bool = False):
+        with self.lock:
+            if finishing:
+                self._finishing -= 1
+                self._settled.notify_all()
             self.seq += 1
             entry["seq"] = self.seq
             self.log.append(entry)
@@ -214,7 +225,8 @@ class LabControl:
                 except OSError:
                     pass
 
-    def get_log(self, since: int = 0, server: str | None = None) -> list:
+    def get_log(self, since: int = 0, server: str | None = None, settle: float = 2.0) -> list:
         with self.lock:
+            self._settled.wait_for(lambda: self._finishing <= 0, timeout=settle)
             return [dict(e) for e in self.log
                     if e["seq"] > since and (server is None or e["server"] == server)]

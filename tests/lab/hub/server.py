@@ -267,6 +267,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._body_cache = None
         self._fault = None
         self._entry = None
+        self._finishing = False
         self._read_body()
         if self.role == "api" and raw_path.startswith("/_lab/"):
             return self._lab(raw_path)
@@ -300,7 +301,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
         finally:
             self._entry["duration"] = round(time.monotonic() - t0, 6)
-            ctl.record(self._entry)
+            ctl.record(self._entry, finishing=self._finishing)
 
     def _read_body(self) -> bytes:
         """Read the whole request body once, so keep-alive connections stay in sync."""
@@ -336,8 +337,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         headers["X-Error-Message"] = msg
         self._send_bytes(fault.status, json.dumps({"error": msg}).encode(), "application/json", headers)
 
+    def _mark_finishing(self):
+        if self._entry is not None and not self._finishing:
+            self._finishing = True
+            self.hub.control.finishing()
+
     def _start(self, status: int, headers: dict, length: int, ctype: str | None):
         self._entry_status(status)
+        if self.command == "HEAD" or length == 0:
+            self._mark_finishing()
         self.send_response(status)
         if ctype:
             self.send_header("Content-Type", ctype)
@@ -394,6 +402,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                         time.sleep(wait)
                 else:
                     n = min(n, _UNCAPPED_CHUNK)
+                if sent + n >= length:
+                    self._mark_finishing()
                 if isinstance(src, (bytes, bytearray, memoryview)):
                     self.connection.sendall(memoryview(src)[offset + sent: offset + sent + n])
                     k = n
@@ -434,7 +444,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             deadline = time.monotonic() + fault.seconds
             while time.monotonic() < deadline and not self.hub.stopping.is_set():
                 time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+            self._mark_finishing()
             raise _Abort(f"fault {fault.name}: stalled {fault.seconds}s then closed")
+        self._mark_finishing()
         if fault.action == "truncate":
             raise _Abort(f"fault {fault.name}: body truncated")
         # reset: let the bytes already sent reach the client, then abort with RST (SO_LINGER 0).

@@ -1,0 +1,110 @@
+"""Lab benchmarks: figures go to bench-results/*.json, never into assertions.
+
+  bench.py hub-throughput [--runs 3]   aria2c on lab host gpu1 pulling the 1 GiB fixture through the
+                                       lab Hub's 302 to its CDN: 16 connections vs 1, side by side
+
+Needs the lab up (make lab-up). These machines are shared and noisy: compare the ratios measured in
+one run, not figures across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+
+import fixtures  # noqa: E402
+import hosts  # noqa: E402
+
+RESULTS = REPO / "bench-results"
+
+
+def lab() -> dict:
+    path = hosts.run_dir() / "lab.json"
+    if not path.exists():
+        raise SystemExit("the lab is not up: run `make lab-up` first")
+    return json.loads(path.read_text())
+
+
+def on_host(info: dict, host: str, script: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    addr = info["hosts"][host]["address"]
+    cmd = ["ssh", "-i", info["ssh_key"], "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+           "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", f"root@{addr}", script]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def aria2_once(info: dict, url: str, size: int, connections: int) -> float:
+    """Seconds for one whole download into /tmp on gpu1 (file removed afterwards)."""
+    script = (
+        "set -e; d=$(mktemp -d); t0=$(date +%s.%N); "
+        f"aria2c -q -x{connections} -s{connections} -k1M --file-allocation=none --allow-overwrite=true "
+        f"--auto-file-renaming=false -d $d -o blob '{url}'; t1=$(date +%s.%N); "
+        "s=$(stat -c %s $d/blob); rm -rf $d; echo $t0 $t1 $s"
+    )
+    res = on_host(info, "gpu1", script)
+    if res.returncode != 0:
+        raise SystemExit(f"aria2c on gpu1 failed (exit {res.returncode}): {res.stderr.strip() or res.stdout.strip()}")
+    t0, t1, got = res.stdout.split()
+    if int(got) != size:
+        raise SystemExit(f"aria2c fetched {got} bytes, expected {size}")
+    return float(t1) - float(t0)
+
+
+def hub_throughput(runs: int) -> dict:
+    info = lab()
+    store = fixtures.ensure_fixtures(throughput=True)
+    # The Hub reads its store per request, so a repo generated now is served at once.
+    repo = json.loads((store / "store" / fixtures.THROUGHPUT / "repo.json").read_text())
+    main = repo["refs"]["branches"]["main"]
+    size = next(f["size"] for f in repo["commits"][main]["files"] if f["path"] == "model.safetensors")
+    url = f"{info['hub']['endpoint']}/{fixtures.THROUGHPUT}/resolve/main/model.safetensors"
+    mib = size / 2**20
+    rows = {}
+    for connections in (16, 1):
+        times = [aria2_once(info, url, size, connections) for _ in range(runs)]
+        rows[f"x{connections}"] = {
+            "connections": connections,
+            "seconds": [round(t, 3) for t in times],
+            "median_mib_s": round(mib / statistics.median(times), 1),
+            "best_mib_s": round(mib / min(times), 1),
+        }
+    result = {
+        "benchmark": "hub-throughput",
+        "what": "aria2c on lab host gpu1, 1 GiB LFS file via the lab Hub's 302 to its CDN address, uncapped",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "bytes": size,
+        "runs": runs,
+        "results": rows,
+        "ratio_x16_over_x1": round(rows["x16"]["median_mib_s"] / rows["x1"]["median_mib_s"], 2),
+    }
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("hub-throughput")
+    p.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.runs > 20:
+        parser.error("--runs must be between 1 and 20")
+    result = hub_throughput(args.runs)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"{result['benchmark']}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    for name, row in result["results"].items():
+        print(f"{name}: median {row['median_mib_s']} MiB/s (best {row['best_mib_s']}) over {result['runs']} runs")
+    print(f"x16/x1 = {result['ratio_x16_over_x1']}; written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
