@@ -1,7 +1,9 @@
 """Lab benchmarks: figures go to bench-results/*.json, never into assertions.
 
   bench.py hub-throughput [--runs 3]   aria2c on lab host gpu1 pulling the 1 GiB fixture through the
-                                       lab Hub's 302 to its CDN: 16 connections vs 1, side by side
+                                       lab Hub's 302 to its CDN: 16 connections vs 1, side by side,
+                                       uncapped (what the Hub can serve) and with the seeds' caps
+                                       (10 MiB/s per connection, 160 MiB/s in total)
 
 Needs the lab up (make lab-up). These machines are shared and noisy: compare the ratios measured in
 one run, not figures across runs.
@@ -15,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -58,6 +61,33 @@ def aria2_once(info: dict, url: str, size: int, connections: int) -> float:
     return float(t1) - float(t0)
 
 
+def hub_control(info: dict, path: str, body: dict | None = None) -> dict:
+    # The control API lives on the Hub's API address inside the lab netns; the controller reaches
+    # it over the lab bridge.
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(info["hub"]["endpoint"] + path, data=data, method="POST" if data is not None else "GET")
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read() or b"{}")
+
+
+def measure(info: dict, url: str, size: int, runs: int) -> dict:
+    mib = size / 2**20
+    rows = {}
+    for connections in (16, 1):
+        times = [aria2_once(info, url, size, connections) for dummy in range(runs)]
+        rows[f"x{connections}"] = {
+            "connections": connections,
+            "seconds": [round(t, 3) for t in times],
+            "median_mib_s": round(mib / statistics.median(times), 1),
+            "best_mib_s": round(mib / min(times), 1),
+        }
+    rows["ratio_x16_over_x1"] = round(rows["x16"]["median_mib_s"] / rows["x1"]["median_mib_s"], 2)
+    return rows
+
+
+SEED_CAPS = {"rate_per_conn": 10 * 2**20, "rate_total": 160 * 2**20}
+
+
 def hub_throughput(runs: int) -> dict:
     info = lab()
     store = fixtures.ensure_fixtures(throughput=True)
@@ -66,24 +96,22 @@ def hub_throughput(runs: int) -> dict:
     main = repo["refs"]["branches"]["main"]
     size = next(f["size"] for f in repo["commits"][main]["files"] if f["path"] == "model.safetensors")
     url = f"{info['hub']['endpoint']}/{fixtures.THROUGHPUT}/resolve/main/model.safetensors"
-    mib = size / 2**20
-    rows = {}
-    for connections in (16, 1):
-        times = [aria2_once(info, url, size, connections) for _ in range(runs)]
-        rows[f"x{connections}"] = {
-            "connections": connections,
-            "seconds": [round(t, 3) for t in times],
-            "median_mib_s": round(mib / statistics.median(times), 1),
-            "best_mib_s": round(mib / min(times), 1),
-        }
+    hub_control(info, "/_lab/reset", {})
+    try:
+        uncapped = measure(info, url, size, runs)
+        hub_control(info, "/_lab/config", SEED_CAPS)
+        # One run: a single capped connection needs ~100 s for the 1 GiB file.
+        capped = measure(info, url, size, 1)
+    finally:
+        hub_control(info, "/_lab/reset", {})
     result = {
         "benchmark": "hub-throughput",
-        "what": "aria2c on lab host gpu1, 1 GiB LFS file via the lab Hub's 302 to its CDN address, uncapped",
+        "what": "aria2c on lab host gpu1, 1 GiB LFS file via the lab Hub's 302 to its CDN address",
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "bytes": size,
         "runs": runs,
-        "results": rows,
-        "ratio_x16_over_x1": round(rows["x16"]["median_mib_s"] / rows["x1"]["median_mib_s"], 2),
+        "uncapped": uncapped,
+        "capped": {"caps": SEED_CAPS, "runs": 1, **capped},
     }
     return result
 
@@ -100,9 +128,13 @@ def main(argv=None) -> int:
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"{result['benchmark']}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
-    for name, row in result["results"].items():
-        print(f"{name}: median {row['median_mib_s']} MiB/s (best {row['best_mib_s']}) over {result['runs']} runs")
-    print(f"x16/x1 = {result['ratio_x16_over_x1']}; written to {out}")
+    for scenario in ("uncapped", "capped"):
+        rows = result[scenario]
+        for name in ("x16", "x1"):
+            row = rows[name]
+            print(f"{scenario} {name}: median {row['median_mib_s']} MiB/s (best {row['best_mib_s']}) over {len(row['seconds'])} run(s)")
+        print(f"{scenario}: x16/x1 = {rows['ratio_x16_over_x1']}")
+    print(f"written to {out}")
     return 0
 
 

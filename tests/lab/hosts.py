@@ -137,7 +137,7 @@ def rootfs_state(want_sglang: bool) -> str:
 
 
 def _run(cmd: list[str], what: str, **kw) -> None:
-    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, **kw)
+    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False, **kw)
     if proc.returncode != 0:
         raise LabError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd[:4])} ...")
 
@@ -325,10 +325,10 @@ def mount_overlay(name: str) -> Path:
 def umount_all_under(path: Path) -> list[str]:
     errors = []
     for target in sorted(mounts_under(path), key=len, reverse=True):
-        proc = subprocess.run(["umount", target], capture_output=True, text=True)
+        proc = subprocess.run(["umount", target], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             # Busy: detach it so it goes away once the last user is gone.
-            proc = subprocess.run(["umount", "-l", target], capture_output=True, text=True)
+            proc = subprocess.run(["umount", "-l", target], capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 errors.append(f"umount {target}: {proc.stderr.strip()}")
     return errors

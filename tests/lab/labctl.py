@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Bring the gpufleet lab (hosts + Hub) up and down.
 
   labctl.py rootfs [--no-sglang] [--force]   build the cached host rootfs
@@ -72,7 +71,7 @@ def ssh_cmd(addr: str, *cmd: str, timeout: int = 5) -> list[str]:
 def ssh_ok(addr: str) -> bool:
     try:
         proc = subprocess.run(ssh_cmd(addr, "true", timeout=2), stdin=subprocess.DEVNULL,
-                              capture_output=True, timeout=10)
+                              capture_output=True, timeout=10, check=False)
     except subprocess.TimeoutExpired:
         return False
     return proc.returncode == 0
@@ -377,7 +376,7 @@ def cmd_exec(args) -> int:
         raise LabError("the lab is not up (no lab.json): run `labctl.py up`") from None
     except KeyError:
         raise LabError(f"no host {args.host} in the lab") from None
-    return subprocess.run(ssh_cmd(addr, *cmd)).returncode
+    return subprocess.run(ssh_cmd(addr, *cmd), check=False).returncode
 
 
 def cmd_rootfs(args) -> int:

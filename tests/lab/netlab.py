@@ -37,7 +37,7 @@ def host_addr(index: int) -> str:
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["ip", *args], capture_output=True, text=True)
+    proc = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
     if check and proc.returncode != 0:
         raise NetError(f"ip {' '.join(args)}: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A Kimi-K2.6-shaped model tree whose shards are sparse: ~589 GB apparent, a few MiB on disk.
 
 Each shard is a valid safetensors file: 8-byte little-endian header length, a JSON header with
@@ -110,9 +109,9 @@ def plan_tensors(n_tensors: int, total_bytes: int) -> List[Tensor]:
     if expert_slots < 0:
         raise ValueError(f"--tensors must be at least {len(fixed)} (the non-expert tensors)")
     n_experts_total = -(-expert_slots // per_expert)  # ceil; the surplus is trimmed below
-    fixed_bytes = sum(_nbytes(d, s) for _, d, s in fixed)
+    fixed_bytes = sum(_nbytes(d, s) for tname, d, s in fixed)
     # Bytes of one expert as a function of its intermediate size f: a*f + 24 (see _expert).
-    per_f = sum(_nbytes(d, s) for _, d, s in _expert("", 32)) / 32 - 24 / 32
+    per_f = sum(_nbytes(d, s) for tname, d, s in _expert("", 32)) / 32 - 24 / 32
     budget = total_bytes - fixed_bytes
     ffn = int(budget / n_experts_total / per_f) // 32 * 32 if n_experts_total else MOE_FFN
     if ffn < 32:
@@ -135,9 +134,9 @@ def plan_tensors(n_tensors: int, total_bytes: int) -> List[Tensor]:
 
 def _split(tensors: List[Tensor], shards: int) -> List[List[Tensor]]:
     """Contiguous chunks of roughly equal bytes, like a save_pretrained(max_shard_size=...)."""
-    total = sum(_nbytes(d, s) for _, d, s in tensors)
+    total = sum(_nbytes(d, s) for tname, d, s in tensors)
     target = total / shards
-    chunks: List[List[Tensor]] = [[] for _ in range(shards)]
+    chunks: List[List[Tensor]] = [[] for dummy in range(shards)]
     acc = 0
     for i, t in enumerate(tensors):
         remaining = len(tensors) - i
@@ -192,8 +191,8 @@ def make_sparse_tree(out: os.PathLike, shards: int = 64, tensors: int = 200_000,
         apparent += size
         tensor_bytes += data
         files.append({"name": name, "size": size, "tensors": len(chunk)})
-        for tensor_name, _, _ in chunk:
-            weight_map[tensor_name] = name
+        for tensor in chunk:
+            weight_map[tensor[0]] = name
     index = {"metadata": {"total_size": tensor_bytes}, "weight_map": dict(sorted(weight_map.items()))}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     config = target_config(2)
@@ -213,11 +212,11 @@ def make_sparse_tree(out: os.PathLike, shards: int = 64, tensors: int = 200_000,
 
 def _du(path: pathlib.Path, apparent: bool) -> str:
     cmd = ["du", "-sh"] + (["--apparent-size"] if apparent else []) + [str(path)]
-    return subprocess.run(cmd, capture_output=True, text=True).stdout.split("\t")[0]
+    return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.split("\t")[0]
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--out", required=True, help="directory to write (created if missing)")
     parser.add_argument("--shards", type=int, default=64)
     parser.add_argument("--tensors", type=int, default=200_000)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Offline wheelhouse for the lab hosts (Debian bookworm, CPython 3.11, glibc 2.36, x86_64).
 
 The hosts have no route out, like the air-gapped clusters the collection targets: every Python
@@ -194,7 +193,7 @@ def parse_wheel(filename: str) -> tuple[str, str, list[str], list[str], list[str
 
 def wheel_fits_target(filename: str) -> bool:
     """True when pip on a bookworm host (cp311, glibc 2.36, x86_64) can install this wheel."""
-    _, _, pys, abis, plats = parse_wheel(filename)
+    pys, abis, plats = parse_wheel(filename)[2:]
     plat_ok = False
     for plat in plats:
         if plat == "any":
@@ -259,7 +258,7 @@ def _pip_download(args: list[str], dest: Path, logfile: Path, find_links: list[s
     with logfile.open("a") as out:
         out.write("$ " + " ".join(cmd) + "\n")
         out.flush()
-        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0:
         text = logfile.read_text()
         tail = text.splitlines()[-15:]
@@ -289,7 +288,7 @@ def _check_complete(ws: WheelSet, req: Requirements, directory: Path) -> None:
     wanted = {**req.pins, **nodeps}
     got: dict[str, str] = {}
     for wheel in wheels_in(directory):
-        name, version, *_ = parse_wheel(wheel.name)
+        name, version = parse_wheel(wheel.name)[:2]
         got[name] = version
     unpinned = sorted(f"{n}=={v}" for n, v in got.items() if n not in wanted)
     if unpinned:
@@ -419,7 +418,7 @@ def run_offline(cmds: list[list[str]], what: str, timeout: float = 1800) -> None
     for cmd in cmds:
         proc = subprocess.run(offline_prefix() + cmd, env=offline_env(), stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=timeout)
+                              timeout=timeout, check=False)
         if proc.returncode != 0:
             tail = "\n  ".join(proc.stdout.splitlines()[-20:])
             raise WheelhouseError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd[3:])}\n  {tail}")
@@ -461,10 +460,10 @@ def verify(cache: Path | None = None, names: list[str] | None = None) -> dict[st
             run_offline(cmds, f"{name} offline install")
             installed = time.monotonic() - started
             proc = subprocess.run(offline_prefix() + [str(python), "-c", ws.check], env=offline_env(),
-                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600, check=False)
             if proc.returncode != 0:
                 raise WheelhouseError(f"{name} check failed:\n{proc.stdout}{proc.stderr[-3000:]}")
-            size = int(subprocess.run(["du", "-sb", tmp], capture_output=True, text=True)
+            size = int(subprocess.run(["du", "-sb", tmp], capture_output=True, text=True, check=False)
                        .stdout.split()[0])
             results[name] = {"install_seconds": round(installed, 1), "venv_bytes": size,
                              "output": proc.stdout.strip()}
@@ -476,7 +475,7 @@ def verify(cache: Path | None = None, names: list[str] | None = None) -> dict[st
 # ---------------------------------------------------------------- CLI
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="wheelhouse.py", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="wheelhouse.py", description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="download the wheel sets (no-op when up to date)")
     b.add_argument("--cache", type=Path, help="default: $GPUFLEET_LAB_CACHE")

@@ -127,7 +127,10 @@ if nn is not None:
             # and no causal mask inside the block: every position is drafted at once.
             batch, length, hidden = x.shape
             kv_input = torch.cat([context, x], dim=1)
-            split = lambda t: t.view(batch, -1, self.heads, hidden // self.heads).transpose(1, 2)
+
+            def split(t):
+                return t.view(batch, -1, self.heads, hidden // self.heads).transpose(1, 2)
+
             q, k, v = split(self.q_proj(x)), split(self.k_proj(kv_input)), split(self.v_proj(kv_input))
             out = nn.functional.scaled_dot_product_attention(q, k, v)
             return self.o_proj(out.transpose(1, 2).reshape(batch, length, hidden))
@@ -166,7 +169,7 @@ if nn is not None:
             self.fc = nn.Linear(n_captured * hidden, hidden, bias=False)
             self.hidden_norm = _RMSNorm(hidden)
             self.layers = nn.ModuleList(
-                _Layer(hidden, intermediate, heads) for _ in range(self.settings.num_hidden_layers)
+                _Layer(hidden, intermediate, heads) for dummy in range(self.settings.num_hidden_layers)
             )
             self.norm = _RMSNorm(hidden)
 

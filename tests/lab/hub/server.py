@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The lab's Hugging Face Hub-compatible HTTP server (API host + signed-URL "CDN" host).
 
     server.py --store DIR --api HOST:PORT --cdn HOST:PORT [--tokens FILE] [--log FILE]
@@ -74,7 +73,7 @@ def _parse_range(header: str | None, size: int):
     h = header.strip()
     if not h.startswith("bytes=") or "," in h:
         return None  # multi-range is optional (RFC 9110): answer 200 with the whole body
-    first, _, last = h[6:].partition("-")
+    first, dash, last = h[6:].partition("-")
     first, last = first.strip(), last.strip()
     if not (first.isdigit() or first == "") or not (last.isdigit() or last == "") or (not first and not last):
         return None
@@ -261,7 +260,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     # -- request plumbing --------------------------------------------------------------------
 
     def _dispatch(self):
-        raw_path, _, query = self.path.partition("?")
+        raw_path, qmark, query = self.path.partition("?")
         self._raw_path, self._query_str = raw_path, query
         self._query = parse_qs(query, keep_blank_values=True)
         self._body_cache = None
@@ -477,7 +476,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         auth = self.headers.get("Authorization")
         if auth is None:
             return None
-        scheme, _, tok = auth.partition(" ")
+        scheme, space, tok = auth.partition(" ")
         info = self.hub.tokens().get(tok.strip()) if scheme.lower() == "bearer" else None
         if info is None:
             raise HubError(401, None, "Invalid credentials in Authorization header")
@@ -582,7 +581,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                                 "pointerSize": int(f.lfs["pointer_size"])}
             siblings.append(s)
         first = commit
-        for _ in range(10000):
+        for dummy in range(10000):
             if not first.parents or first.parents[0] not in repo.commits:
                 break
             first = repo.commits[first.parents[0]]
@@ -700,7 +699,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         repo = self._repo(repo_id, need_files=False)
         commit = self._commit(repo, rev)
         items, cur = [], commit
-        for _ in range(10000):
+        for dummy in range(10000):
             items.append({"id": cur.sha, "title": cur.title, "message": "", "date": _iso(cur.date),
                           "authors": [{"user": "gpufleet-lab"}]})
             if not cur.parents or cur.parents[0] not in repo.commits:

@@ -170,7 +170,7 @@ class Repo:
 
         want = ident(commit)
         cur = commit
-        for _ in range(10000):  # bounded walk; fixture histories are short
+        for dummy in range(10000):  # bounded walk; fixture histories are short
             if not cur.parents or cur.parents[0] not in self.commits:
                 break
             parent = self.commits[cur.parents[0]]

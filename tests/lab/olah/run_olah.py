@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Run olah (a third-party Hugging Face mirror, pinned in requirements/olah.txt) offline on loopback.
 
 olah serves the lab's fixture git repos through its "local mirror" mode, so the collection can be
@@ -65,7 +64,7 @@ def ensure_olah_venv(cache: pathlib.Path) -> pathlib.Path:
     if python.exists():
         probe = subprocess.run(
             [str(python), "-c", "import importlib.metadata as m; print(m.version('olah'))"],
-            capture_output=True, text=True,
+            capture_output=True, text=True, check=False,
         )
         if probe.returncode == 0 and probe.stdout.strip() == OLAH_VERSION:
             return python
@@ -75,7 +74,7 @@ def ensure_olah_venv(cache: pathlib.Path) -> pathlib.Path:
     result = subprocess.run(
         [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
          "-r", str(REQUIREMENTS)],
-        capture_output=True, text=True,
+        capture_output=True, text=True, check=False,
     )
     if result.returncode != 0:
         raise OlahError(f"pip install -r {REQUIREMENTS} failed:\n{result.stderr[-2000:]}")
@@ -110,7 +109,7 @@ class UpstreamSentinel:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                conn, _ = self.sock.accept()
+                conn, peer = self.sock.accept()
             except socket.timeout:
                 continue
             except OSError:
@@ -267,7 +266,7 @@ def start_olah(cache_dir: Optional[os.PathLike] = None, port: int = 0,
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--cache", help="lab cache dir (default $GPUFLEET_LAB_CACHE)")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: free)")
     parser.add_argument("--repo", action="append", help="repo to mirror (default: the small fixtures)")

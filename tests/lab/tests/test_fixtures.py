@@ -78,8 +78,7 @@ def test_repos_refs_and_tokens(root, summary):
     # The gated copy has its own history, so a server mixing repos up cannot go unnoticed.
     assert repos[fixtures.GATED]["refs"]["main"] != repos[fixtures.TARGET]["refs"]["main"]
     tokens = json.loads((root / "tokens.json").read_text())
-    assert {v["name"]: v["gated"] for v in tokens.values()} == {"lab-reader": True,
-                                                                 "lab-no-gated": False}
+    assert {v["name"]: v["gated"] for v in tokens.values()} == {"lab-reader": True, "lab-no-gated": False}
     assert all(t.startswith("hf_lab") and len(t) == 37 for t in tokens)
 
 

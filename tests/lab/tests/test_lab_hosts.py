@@ -39,7 +39,7 @@ def lab() -> dict:
 def ssh(lab: dict, host: str, command: str, timeout: int = 60) -> subprocess.CompletedProcess:
     addr = lab["hosts"][host]["address"]
     return subprocess.run(["ssh", "-i", lab["ssh_key"], *SSH_OPTS, f"root@{addr}", command],
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
 
 
 def ok(lab: dict, host: str, command: str, timeout: int = 60) -> str:
@@ -68,7 +68,7 @@ def test_sshd_root_by_key_only(lab, host):
     addr = lab["hosts"][host]["address"]
     denied = subprocess.run(
         ["ssh", *SSH_OPTS, "-o", "PubkeyAuthentication=no", "-o", "PreferredAuthentications=password",
-         f"root@{addr}", "true"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+         f"root@{addr}", "true"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL, check=False)
     assert denied.returncode != 0
     assert "Permission denied" in denied.stderr
 
@@ -151,12 +151,12 @@ def test_inventory_drives_ansible(lab):
     env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_NOCOLOR="1")
     proc = subprocess.run([str(venv / "ansible"), "gpu_nodes", "-i", lab["inventory"], "-m", "ping",
                            "-o"], capture_output=True, text=True, timeout=180, env=env,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for host in HOSTS:
         assert f"{host} | SUCCESS" in proc.stdout
     inv = subprocess.run([str(venv / "ansible-inventory"), "-i", lab["inventory"], "--list"],
-                         capture_output=True, text=True, timeout=60, env=env)
+                         capture_output=True, text=True, timeout=60, env=env, check=False)
     hostvars = json.loads(inv.stdout)["_meta"]["hostvars"]
     assert hostvars[HOSTS[0]]["lab_hub_endpoint"] == "http://10.231.0.2:8000"
     assert hostvars[HOSTS[0]]["lab_hub_cdn"] == "http://10.231.0.3:8000"

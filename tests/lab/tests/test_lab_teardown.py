@@ -24,16 +24,16 @@ CGROUP = Path("/sys/fs/cgroup")
 
 def labctl(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(LABCTL), *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+                          timeout=timeout, stdin=subprocess.DEVNULL, check=False)
 
 
 def lab_netns() -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
     return [line.split()[0] for line in out.splitlines() if line.startswith("gflab-")]
 
 
 def lab_links() -> list[str]:
-    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
     names = [line.split(":")[1].strip().split("@")[0] for line in out.splitlines()]
     return [n for n in names if n == "gflab0" or n.startswith("gfl-")]
 
@@ -49,7 +49,7 @@ def lab_processes() -> list[str]:
     found = []
     for pattern in (str(RUN) + "/", "hosts.py _supervise", "systemd-nspawn.*--machine=gpu"):
         out = subprocess.run(["pgrep", "-a", "-f", "--", pattern], capture_output=True,
-                             text=True).stdout
+                             text=True, check=False).stdout
         found += [line for line in out.splitlines() if line.strip()]
     return found
 
