@@ -1,0 +1,183 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The manifest and stat cache kept in ``<dest>/.gpufleet/``, atomic writes and the directory lock.
+
+Private to the collection: not a public API, may change without notice.
+
+``manifest.json`` is written by hf_snapshot: what the Hub said the revision holds (commit, every
+file's path, size, sha256 and the Hub's id for it) plus, per file, the stat record taken when the
+file's hash was last checked. ``statcache.json`` is written by model_verify in ``auto`` mode: the
+stat record of each file whose sha256 it has hashed and matched. A file whose current stat equals a
+recorded one has not been touched since it was hashed, so it need not be hashed again; any change
+of size, mtime, inode or device sends it back to hashing.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import tempfile
+import time
+
+META_DIR = ".gpufleet"
+MANIFEST = "manifest.json"
+STATCACHE = "statcache.json"
+LOCK = "lock"
+FORMAT = 1
+
+
+class ManifestError(Exception):
+    """A manifest or stat cache that cannot be read or is not one of ours."""
+
+
+class LockTimeout(Exception):
+    """Another run holds the directory lock for longer than we were told to wait."""
+
+
+def meta_dir(dest):
+    return os.path.join(dest, META_DIR)
+
+
+def stat_record(path):
+    """What identifies one version of a file's bytes without reading them."""
+    st = os.stat(path)
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "dev": st.st_dev}
+
+
+def same_stat(record, path):
+    """True when ``path`` still has exactly the stat ``record`` saw (False when it is gone)."""
+    if not record:
+        return False
+    try:
+        now = stat_record(path)
+    except OSError:
+        return False
+    return all(record.get(key) == now[key] for key in ("size", "mtime_ns", "ino", "dev"))
+
+
+def atomic_write_json(path, data, mode=0o644):
+    """Write ``data`` as JSON so that readers see the old file or the new one, never a mix.
+
+    Temp file in the same directory, fsync, rename over the target, fsync the directory.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=1, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _read_json(path, kind):
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ManifestError("%s %s cannot be read: %s" % (kind, path, exc))
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ManifestError("%s %s is not a gpufleet.llm format-%d file" % (kind, path, FORMAT))
+    return data
+
+
+def read_manifest(dest):
+    """The manifest of ``dest`` as a dict, or None when there is none."""
+    data = _read_json(os.path.join(meta_dir(dest), MANIFEST), "manifest")
+    if data is not None and not isinstance(data.get("files"), dict):
+        raise ManifestError("manifest in %s has no files table" % meta_dir(dest))
+    return data
+
+
+def new_manifest(repo_id, repo_type, revision, commit, endpoint, files):
+    """``files``: {path: {"size", "sha256", "hub_id", "lfs", "stat"}} (stat may be None)."""
+    return {
+        "format": FORMAT,
+        "repo_id": repo_id,
+        "repo_type": repo_type,
+        "revision": revision,
+        "commit": commit,
+        "endpoint": endpoint,
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "files": files,
+    }
+
+
+def write_manifest(dest, manifest):
+    os.makedirs(meta_dir(dest), exist_ok=True)
+    atomic_write_json(os.path.join(meta_dir(dest), MANIFEST), manifest)
+
+
+def read_statcache(dest):
+    """{path: {"size", "mtime_ns", "ino", "dev", "sha256", "verified_at"}}; empty when absent."""
+    data = _read_json(os.path.join(meta_dir(dest), STATCACHE), "stat cache")
+    if data is None:
+        return {}
+    files = data.get("files")
+    return files if isinstance(files, dict) else {}
+
+
+def write_statcache(dest, files):
+    os.makedirs(meta_dir(dest), exist_ok=True)
+    atomic_write_json(os.path.join(meta_dir(dest), STATCACHE), {"format": FORMAT, "files": files})
+
+
+class DirLock(object):
+    """Exclusive lock on ``<dest>/.gpufleet/lock`` (flock: released by the kernel if we die).
+
+    ``timeout`` seconds to wait for another holder (0: fail at once); LockTimeout after that.
+    """
+
+    def __init__(self, dest, timeout=0.0, poll=0.2):
+        self.path = os.path.join(meta_dir(dest), LOCK)
+        self.timeout = timeout
+        self.poll = poll
+        self._fd = None
+
+    def __enter__(self):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + max(0.0, self.timeout)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise LockTimeout(
+                        "%s is locked by another run (waited %.0f s); wait for it to finish or raise the lock timeout"
+                        % (os.path.dirname(os.path.dirname(self.path)), self.timeout)
+                    )
+                time.sleep(self.poll)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+        return False

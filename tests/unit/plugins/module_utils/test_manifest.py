@@ -1,0 +1,76 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+
+import pytest
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest as m
+
+
+def test_manifest_round_trip_and_atomic_write(tmp_path):
+    files = {"config.json": {"size": 3, "sha256": "ab" * 32, "hub_id": "cd" * 20, "lfs": False, "stat": None}}
+    man = m.new_manifest("org/repo", "model", "main", "ef" * 20, "http://hub", files)
+    m.write_manifest(str(tmp_path), man)
+    assert m.read_manifest(str(tmp_path)) == man
+    # No temp files left beside it.
+    assert sorted(os.listdir(tmp_path / ".gpufleet")) == ["manifest.json"]
+
+
+def test_missing_manifest_is_none_and_foreign_file_is_an_error(tmp_path):
+    assert m.read_manifest(str(tmp_path)) is None
+    (tmp_path / ".gpufleet").mkdir()
+    (tmp_path / ".gpufleet" / "manifest.json").write_text(json.dumps({"files": {}}))
+    with pytest.raises(m.ManifestError, match="not a gpufleet.llm format-1"):
+        m.read_manifest(str(tmp_path))
+    (tmp_path / ".gpufleet" / "manifest.json").write_text("{not json")
+    with pytest.raises(m.ManifestError, match="cannot be read"):
+        m.read_manifest(str(tmp_path))
+
+
+def test_stat_record_notices_touch_rewrite_and_replace(tmp_path):
+    f = tmp_path / "shard"
+    f.write_bytes(b"x" * 10)
+    rec = m.stat_record(str(f))
+    assert m.same_stat(rec, str(f))
+    os.utime(f, ns=(rec["mtime_ns"] + 1, rec["mtime_ns"] + 1))
+    assert not m.same_stat(rec, str(f))
+    rec = m.stat_record(str(f))
+    (tmp_path / "new").write_bytes(b"y" * 10)
+    os.utime(tmp_path / "new", ns=(rec["mtime_ns"], rec["mtime_ns"]))
+    os.replace(tmp_path / "new", f)  # same size and mtime, other inode
+    assert not m.same_stat(rec, str(f))
+    assert not m.same_stat(rec, str(tmp_path / "gone"))
+    assert not m.same_stat(None, str(f))
+
+
+def test_statcache_round_trip(tmp_path):
+    assert m.read_statcache(str(tmp_path)) == {}
+    m.write_statcache(str(tmp_path), {"a": {"size": 1, "sha256": "00"}})
+    assert m.read_statcache(str(tmp_path)) == {"a": {"size": 1, "sha256": "00"}}
+
+
+def _hold_lock(dest, ready, seconds):
+    with m.DirLock(dest):
+        ready.set()
+        time.sleep(seconds)
+
+
+def test_dir_lock_excludes_another_process_then_releases(tmp_path):
+    ready = multiprocessing.Event()
+    proc = multiprocessing.Process(target=_hold_lock, args=(str(tmp_path), ready, 1.0))
+    proc.start()
+    try:
+        assert ready.wait(10)
+        with pytest.raises(m.LockTimeout, match="locked by another run"):
+            with m.DirLock(str(tmp_path), timeout=0.2):
+                pass
+        with m.DirLock(str(tmp_path), timeout=10):
+            pass  # acquired once the holder exits
+    finally:
+        proc.join(10)
