@@ -15,6 +15,14 @@ two commits.
 from __future__ import annotations
 
 import collections
+import os
+import re
+import ssl
+import time
+from email.utils import parsedate_to_datetime
+from urllib import error as _urlerror
+from urllib import parse as _urlparse
+from urllib import request as _urlrequest
 
 # sha256 is None for a non-LFS file: the Hub gives only its git blob id (blob_id); callers hash the
 # bytes they receive, check them against blob_id and record the sha256 themselves.
@@ -56,3 +64,215 @@ def list_revision(api, repo_id, commit, repo_type="model"):
         )
     files.sort(key=lambda f: f.path)
     return files
+
+
+# ----------------------------------------------------------------------------- URL resolving
+#
+# aria2 sends every --header / header= value to every host a redirect leads it to, so it must never
+# see the token. The token goes only to the endpoint, in a HEAD on /resolve/ that does not follow
+# the redirect; aria2 then gets the signed CDN URL (which authorises itself) and no header at all.
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+USER_AGENT = "gpufleet.llm-hf_snapshot"
+
+# url: what to GET; direct: True when the endpoint itself serves the bytes (no redirect), so a
+# gated/private repo's bytes need the token on that request; size/sha256/blob_id: what the resolve
+# answer said (None when absent, e.g. mirrors without X-Linked-*); commit: X-Repo-Commit;
+# expires: unix time after which a signed URL stops working (None when unknown).
+ResolvedURL = collections.namedtuple("ResolvedURL", ["url", "direct", "size", "sha256", "etag", "commit", "expires"])
+
+
+class HubHTTPError(Exception):
+    """An HTTP answer from the Hub that is not what a resolve expects."""
+
+    def __init__(self, status, message, retry_after=None, url=None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.retry_after = retry_after
+        self.url = url
+
+
+class TokenLeakError(Exception):
+    """The Hub handed out a URL that contains the token: refuse to pass it on."""
+
+
+def repo_url_prefix(endpoint, repo_id, repo_type="model"):
+    base = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
+    if repo_type == "dataset":
+        return "%s/datasets/%s" % (base, repo_id)
+    if repo_type == "space":
+        return "%s/spaces/%s" % (base, repo_id)
+    return "%s/%s" % (base, repo_id)
+
+
+def resolve_url_for(endpoint, repo_id, commit, path, repo_type="model"):
+    return "%s/resolve/%s/%s" % (
+        repo_url_prefix(endpoint, repo_id, repo_type),
+        _urlparse.quote(commit, safe=""),
+        _urlparse.quote(path, safe="/"),
+    )
+
+
+def same_origin(url_a, url_b):
+    a, b = _urlparse.urlsplit(url_a), _urlparse.urlsplit(url_b)
+    return (a.scheme, a.hostname, a.port or _default_port(a.scheme)) == (
+        b.scheme,
+        b.hostname,
+        b.port or _default_port(b.scheme),
+    )
+
+
+def _default_port(scheme):
+    return 443 if scheme == "https" else 80
+
+
+def retry_after_seconds(value, now=None):
+    """Seconds a Retry-After header asks for (delta-seconds or an HTTP date), None if unusable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+class _NoRedirect(_urlrequest.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None  # the 3xx comes back as an HTTPError we read Location from
+
+
+def ssl_context(validate_certs=True, ca_path=None):
+    if not validate_certs:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    return ssl.create_default_context(cafile=ca_path) if ca_path else ssl.create_default_context()
+
+
+def url_opener(proxy=None, validate_certs=True, ca_path=None, follow_redirects=False):
+    handlers = [_urlrequest.HTTPSHandler(context=ssl_context(validate_certs, ca_path))]
+    # An explicit proxy wins; an empty dict turns off the environment's proxies only when asked.
+    if proxy:
+        handlers.append(_urlrequest.ProxyHandler({"http": proxy, "https": proxy}))
+    if not follow_redirects:
+        handlers.append(_NoRedirect())
+    return _urlrequest.build_opener(*handlers)
+
+
+def _strip_quotes(value):
+    if not value:
+        return None
+    value = value.strip()
+    if value.startswith("W/"):
+        value = value[2:]
+    return value.strip('"') or None
+
+
+def signed_url_expiry(url):
+    """Unix time a signed URL expires, when its query says so (Hub CDN: Expires=, lab: exp=)."""
+    query = _urlparse.parse_qs(_urlparse.urlsplit(url).query)
+    for key in ("exp", "Expires", "expires"):
+        if key in query and query[key][0].isdigit():
+            return int(query[key][0])
+    return None
+
+
+def _error_message(exc):
+    message = exc.headers.get("X-Error-Message") if exc.headers else None
+    if not message:
+        try:
+            body = exc.read(2048).decode("utf-8", "replace")
+        except Exception:  # pylint: disable=broad-except
+            body = ""
+        match = re.search(r'"error"\s*:\s*"([^"]*)"', body)
+        message = match.group(1) if match else (body.strip()[:200] or exc.reason)
+    return "%s %s" % (exc.code, message)
+
+
+def resolve_file(opener, endpoint, repo_id, commit, path, token=None, repo_type="model", timeout=60.0, max_hops=3):
+    """HEAD the file's resolve URL (token only to the endpoint) and say where aria2 should GET it.
+
+    Follows same-origin (relative) redirects itself, with the token; stops at the first redirect to
+    another origin and returns that URL, which must carry its own authorisation (a signed URL).
+    Raises HubHTTPError for 4xx/5xx answers (with Retry-After when given) and TokenLeakError when a
+    URL to be handed on contains the token.
+    """
+    url = resolve_url_for(endpoint, repo_id, commit, path, repo_type)
+    commit_seen = None
+    sha256 = size = etag = None
+    for dummy in range(max_hops + 1):
+        req = _urlrequest.Request(url, method="HEAD", headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
+        if token and same_origin(url, endpoint or DEFAULT_ENDPOINT):
+            # unredirected: urllib must not carry it along if anything did follow a redirect
+            req.add_unredirected_header("Authorization", "Bearer %s" % token)
+        try:
+            resp = opener.open(req, timeout=timeout)
+            status, headers = resp.status, resp.headers
+            resp.close()
+        except _urlerror.HTTPError as exc:
+            status, headers = exc.code, exc.headers
+            if not 300 <= status < 400:
+                raise HubHTTPError(status, _error_message(exc), retry_after_seconds(headers.get("Retry-After")), url=path)
+        commit_seen = headers.get("X-Repo-Commit") or commit_seen
+        sha256 = _strip_quotes(headers.get("X-Linked-Etag")) or sha256
+        linked_size = headers.get("X-Linked-Size")
+        if linked_size and linked_size.isdigit():
+            size = int(linked_size)
+        etag = _strip_quotes(headers.get("ETag")) or etag
+        if 300 <= status < 400:
+            location = headers.get("Location")
+            if not location:
+                raise HubHTTPError(status, "%d redirect without a Location" % status, url=path)
+            location = _urlparse.urljoin(url, location)
+            if same_origin(location, endpoint or DEFAULT_ENDPOINT):
+                url = location
+                continue
+            if token and token in location:
+                raise TokenLeakError("the Hub redirected %s to a URL that contains the token; refusing to hand it to aria2" % path)
+            return ResolvedURL(location, False, size, sha256, etag, commit_seen, signed_url_expiry(location))
+        if size is None:
+            length = headers.get("Content-Length")
+            size = int(length) if length and length.isdigit() else None
+        return ResolvedURL(url, True, size, sha256, etag, commit_seen, None)
+    raise HubHTTPError(310, "more than %d same-origin redirects resolving %s" % (max_hops, path), url=path)
+
+
+def download_direct(opener, url, out_path, token=None, timeout=60.0, chunk=1 << 20):
+    """GET ``url`` from the endpoint itself into ``out_path`` (resuming an existing prefix).
+
+    For bytes the endpoint serves without a redirect when a token is needed (gated/private repos'
+    small files): the token then goes to the endpoint only, in-process, never to aria2. Redirects
+    are not followed. Returns the number of body bytes received.
+    """
+    have = os.path.getsize(out_path) if os.path.exists(out_path) else 0
+    headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+    if have:
+        headers["Range"] = "bytes=%d-" % have
+    req = _urlrequest.Request(url, headers=headers)
+    if token:
+        req.add_unredirected_header("Authorization", "Bearer %s" % token)
+    try:
+        resp = opener.open(req, timeout=timeout)
+    except _urlerror.HTTPError as exc:
+        if exc.code == 416 and have:
+            return 0  # already whole; the caller's hash decides
+        raise HubHTTPError(exc.code, _error_message(exc), retry_after_seconds(exc.headers.get("Retry-After")), url=url)
+    received = 0
+    with resp:
+        mode = "ab" if have and resp.status == 206 else "wb"
+        with open(out_path, mode) as handle:
+            while True:
+                data = resp.read(chunk)
+                if not data:
+                    break
+                handle.write(data)
+                received += len(data)
+    return received

@@ -94,7 +94,13 @@ def hub_throughput(runs: int) -> dict:
     # The Hub reads its store per request, so a repo generated now is served at once.
     repo = json.loads((store / "store" / fixtures.THROUGHPUT / "repo.json").read_text())
     main = repo["refs"]["branches"]["main"]
-    size = next(f["size"] for f in repo["commits"][main]["files"] if f["path"] == "model.safetensors")
+    entry = next(f for f in repo["commits"][main]["files"] if f["path"] == "model.safetensors")
+    size = entry["size"]
+    # The figure is only worth something if the fixture is what it claims: 1 GiB, one U8 tensor.
+    from safetensors import safe_open
+    with safe_open(str(store / "blobs" / entry["lfs"]["sha256"]), "numpy") as handle:
+        if size != 1 << 30 or list(handle.keys()) != ["data"]:
+            raise SystemExit(f"throughput fixture is not the expected 1 GiB single-tensor file: {size} bytes")
     url = f"{info['hub']['endpoint']}/{fixtures.THROUGHPUT}/resolve/main/model.safetensors"
     hub_control(info, "/_lab/reset", {})
     try:

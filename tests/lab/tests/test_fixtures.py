@@ -228,20 +228,3 @@ def test_gated_copy_has_target_content(root):
                  "model.safetensors.index.json"):
         assert read_at(root, fixtures.GATED, "main", path) == \
             read_at(root, fixtures.TARGET, "main", path)
-
-
-def test_shared_cache_throughput_repo_if_built():
-    """Checks the 1 GiB repo in the shared lab cache, when `fixtures.py --throughput` built it."""
-    root = fixtures.default_cache_dir() / "fixtures"
-    store = root / "store" / fixtures.THROUGHPUT / "repo.json"
-    if not store.exists():
-        pytest.skip("throughput repo not generated (python tests/lab/fixtures.py --throughput)")
-    repo = json.loads(store.read_text())
-    (commit,) = repo["commits"].values()
-    (entry,) = [f for f in commit["files"] if f["path"] == "model.safetensors"]
-    assert entry["size"] == 1 << 30
-    blob = root / "blobs" / entry["lfs"]["sha256"]
-    assert blob.stat().st_size == 1 << 30
-    with safe_open(str(blob), "numpy") as fh:
-        assert fh.keys() == ["data"]
-        assert fh.get_slice("data").get_dtype() == "U8"

@@ -1,0 +1,282 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Running aria2c over many files: the input file, the command line, and what came of it.
+
+Private to the collection: not a public API, may change without notice.
+
+aria2c gets everything per file in an input file (mode 0600, removed afterwards): the URL, out=,
+dir=, a gid we chose (so the "Download Results" table maps back to our files) and, for LFS files,
+checksum=sha-256=. Its argv carries only tuning, never a URL or a secret: a signed URL in argv would
+show in ``ps`` to every user of the host. Per-file outcomes come from the results table and from
+the log (error code and message per URI, "Checksum error detected. file=..."); the log is kept at
+info level because that is where aria2 writes response headers, the only place a server's
+Retry-After shows up (aria2 itself ignores it).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import signal
+import subprocess
+import time
+
+# aria2's exit codes (its man page, "EXIT STATUS"), in the words an operator needs.
+EXIT_CODES = {
+    0: "all downloads completed",
+    1: "an unknown error occurred",
+    2: "timed out",
+    3: "resource not found (404 on the server)",
+    4: "aria2 saw 'resource not found' too many times (--max-file-not-found)",
+    5: "download too slow (--lowest-speed-limit)",
+    6: "network problem",
+    7: "interrupted: unfinished downloads remained (signal or shutdown)",
+    8: "the server does not support resume where it was needed",
+    9: "not enough disk space",
+    10: "piece length differs from the .aria2 control file",
+    11: "aria2 was already downloading the same file",
+    13: "the file already exists (auto-renaming is off)",
+    14: "renaming the file failed",
+    15: "could not open an existing file",
+    16: "could not create a new file or truncate an existing one",
+    17: "file I/O error",
+    18: "could not create a directory",
+    19: "name resolution failed",
+    20: "could not parse a metalink document",
+    21: "FTP command failed",
+    22: "bad HTTP response (the server answered with an error status)",
+    23: "too many redirects",
+    24: "HTTP authorization failed",
+    25: "could not parse a bencoded file",
+    26: "a .torrent file is corrupted or misses information",
+    27: "bad magnet URI",
+    28: "bad or unrecognised option",
+    29: "the remote server is temporarily overloaded or in maintenance",
+    30: "could not parse a JSON-RPC request",
+    31: "reserved",
+    32: "checksum verification failed",
+}
+
+# gids are 16 hex digits; the results table shows only the first 6, so those carry the index.
+GID_WIDTH = 6
+
+Aria2File = collections.namedtuple("Aria2File", ["key", "url", "dir", "out", "sha256", "size"])
+# status: "OK", "ERR", "INPR" (still running when aria2 stopped), "RM" or "missing" (not in the table)
+FileOutcome = collections.namedtuple("FileOutcome", ["status", "code", "message", "http_status"])
+RunResult = collections.namedtuple("RunResult", ["returncode", "meaning", "outcomes", "retry_after", "killed", "stdout_tail"])
+
+
+class Aria2Error(Exception):
+    """aria2c could not be started at all."""
+
+
+def explain(code):
+    return EXIT_CODES.get(code, "aria2c exit code %s" % code)
+
+
+def gid_for(index):
+    return ("%0*x" % (GID_WIDTH, index + 1)).ljust(16, "0")
+
+
+def render_input(files, proxy=None):
+    """The input-file text for ``files`` (Aria2File list); gid i+1 for files[i].
+
+    A proxy goes here per file rather than on argv: its URL may carry credentials.
+    """
+    lines = []
+    for index, item in enumerate(files):
+        for bad in ("\n", "\r"):
+            if bad in item.url or bad in item.out or bad in item.dir:
+                raise ValueError("newline in a URL or path cannot go into an aria2 input file: %r" % item.out)
+        lines.append(item.url)
+        lines.append("  dir=%s" % item.dir)
+        lines.append("  out=%s" % item.out)
+        lines.append("  gid=%s" % gid_for(index))
+        if item.sha256:
+            lines.append("  checksum=sha-256=%s" % item.sha256)
+        if proxy:
+            lines.append("  all-proxy=%s" % proxy)
+    return "\n".join(lines) + "\n"
+
+
+def write_input(path, text):
+    """Create ``path`` with mode 0600 from the start (never briefly world-readable)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.chmod(path, 0o600)  # O_CREAT's mode does not apply to a file that already existed
+
+
+def build_argv(aria2c, input_file, log_file, connections=16, splits=16, parallel_files=6, min_split_size="20M",
+               timeout=60, connect_timeout=30, retry_wait=2, inner_tries=5, auto_save_interval=1,
+               validate_certs=True, ca_path=None, summary_interval=0):
+    """aria2c's argv: tuning only, no URL, no header, no secret."""
+    argv = [
+        aria2c,
+        "--input-file=%s" % input_file,
+        "--continue=true",
+        "--auto-file-renaming=false",
+        "--allow-overwrite=false",
+        # none: no time lost preallocating 9 GB shards, and allocated blocks then measure progress
+        "--file-allocation=none",
+        # a SIGKILL loses at most this many seconds of progress (default 60)
+        "--auto-save-interval=%d" % auto_save_interval,
+        "--max-connection-per-server=%d" % min(16, max(1, connections)),
+        "--split=%d" % max(1, splits),
+        "--max-concurrent-downloads=%d" % max(1, parallel_files),
+        "--min-split-size=%s" % min_split_size,
+        "--timeout=%d" % timeout,
+        "--connect-timeout=%d" % connect_timeout,
+        # aria2 retries 502/503 and network errors itself only with a non-zero wait
+        "--max-tries=%d" % inner_tries,
+        "--retry-wait=%d" % max(1, retry_wait),
+        "--check-certificate=%s" % ("true" if validate_certs else "false"),
+        "--summary-interval=%d" % summary_interval,
+        "--download-result=full",
+        "--enable-color=false",
+        "--console-log-level=warn",
+        "--log=%s" % log_file,
+        "--log-level=info",
+        "--human-readable=false",
+        "--uri-selector=inorder",
+        "--remote-time=false",
+        "--conditional-get=false",
+        "--always-resume=true",
+        "--max-resume-failure-tries=0",
+        "--stop-with-process=%d" % os.getpid(),
+    ]
+    if ca_path:
+        argv.append("--ca-certificate=%s" % ca_path)
+    return argv
+
+
+_RESULT_ROW = re.compile(r"^([0-9a-f]{%d})\|(OK|ERR|INPR|RM)\s*\|" % GID_WIDTH)
+_EXC = re.compile(r"errorCode=(\d+) URI=(\S+)")
+_CAUSE = re.compile(r"^\s*->\s*\[[^\]]*\]\s*errorCode=(\d+)\s*(.*)$")
+_STATUS = re.compile(r"status=(\d{3})")
+_CHECKSUM = re.compile(r"Checksum error detected\. file=(.+)$")
+_RETRY_AFTER = re.compile(r"^Retry-After:\s*(\S.*)$", re.I)
+
+
+def parse_results(stdout):
+    """{gid prefix: status} from aria2's "Download Results" table."""
+    status = {}
+    for line in stdout.splitlines():
+        match = _RESULT_ROW.match(line.strip())
+        if match:
+            status[match.group(1)] = match.group(2)
+    return status
+
+
+def parse_log(text):
+    """(errors by URI {uri: (code, message, http status)}, checksum-failed paths, max Retry-After s)."""
+    errors = {}
+    checksum_failed = set()
+    retry_after = None
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        match = _EXC.search(line)
+        if match:
+            code, uri = int(match.group(1)), match.group(2)
+            message = ""
+            # the cause chain follows on the next lines; the innermost cause is the useful one
+            for follow in lines[i + 1:i + 6]:
+                cause = _CAUSE.match(follow)
+                if not cause:
+                    break
+                code, message = int(cause.group(1)), cause.group(2).strip()
+            status = _STATUS.search(message)
+            errors[uri] = (code, message or explain(code), int(status.group(1)) if status else None)
+            continue
+        match = _CHECKSUM.search(line)
+        if match:
+            checksum_failed.add(match.group(1).strip())
+            continue
+        match = _RETRY_AFTER.match(line.strip())
+        if match:
+            value = match.group(1).strip()
+            if value.isdigit():
+                retry_after = max(retry_after or 0, int(value))
+    return errors, checksum_failed, retry_after
+
+
+def _read(path):
+    try:
+        with open(path, "r", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def run(files, workdir, aria2c="aria2c", tick=None, tick_interval=2.0, deadline=None, proxy=None, **tuning):
+    """Fetch ``files`` (Aria2File) with one aria2c; returns RunResult with an outcome per file key.
+
+    ``workdir`` (ours, mode 0700) holds the input file, aria2's stdout and log, all removed before
+    returning. ``tick()`` is called every ``tick_interval`` s while aria2 runs (progress);
+    ``deadline`` (monotonic time) stops aria2 with SIGTERM, then SIGKILL, when reached.
+    """
+    os.makedirs(workdir, mode=0o700, exist_ok=True)
+    input_file = os.path.join(workdir, "aria2-input.txt")
+    log_file = os.path.join(workdir, "aria2.log")
+    out_file = os.path.join(workdir, "aria2.out")
+    for leftover in (log_file, out_file):
+        if os.path.exists(leftover):
+            os.unlink(leftover)
+    write_input(input_file, render_input(files, proxy=proxy))
+    argv = build_argv(aria2c, input_file, log_file, **tuning)
+    killed = False
+    try:
+        fd = os.open(out_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # umask 077 (inherited by aria2c): its log, which holds response headers, is 0600 too
+        old_umask = os.umask(0o077)
+        try:
+            proc = subprocess.Popen(  # pylint: disable=consider-using-with
+                argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT, close_fds=True,
+            )
+        except OSError as exc:
+            raise Aria2Error("cannot run %s: %s" % (aria2c, exc))
+        finally:
+            os.umask(old_umask)
+            os.close(fd)
+        while True:
+            try:
+                proc.wait(timeout=tick_interval)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if tick is not None:
+                tick()
+            if deadline is not None and time.monotonic() > deadline:
+                killed = True
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                break
+        stdout = _read(out_file)
+        log_text = _read(log_file)
+    finally:
+        for path in (input_file, log_file, out_file):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    table = parse_results(stdout)
+    errors, checksum_failed, retry_after = parse_log(log_text + "\n" + stdout)
+    outcomes = {}
+    for index, item in enumerate(files):
+        status = table.get(gid_for(index)[:GID_WIDTH], "missing")
+        code, message, http_status = errors.get(item.url, (None, None, None))
+        if os.path.join(item.dir, item.out) in checksum_failed:
+            code, message = 32, "sha256 of the downloaded bytes does not match the Hub's"
+        if status != "OK" and code is None:
+            code = proc.returncode if proc.returncode not in (0, None) else None
+            message = explain(code) if code is not None else "aria2 stopped before this file finished"
+        outcomes[item.key] = FileOutcome(status, code, message, http_status)
+    tail = "\n".join(line for line in stdout.splitlines()[-20:])
+    return RunResult(proc.returncode, explain(proc.returncode), outcomes, retry_after, killed, tail)

@@ -1,0 +1,318 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: hf_snapshot
+short_description: Fetch a Hugging Face Hub repo at a pinned revision with aria2, resumable and checked
+version_added: 0.1.0
+description:
+  - Lists a Hub repository at a revision (branch, tag or commit) with C(huggingface_hub), resolves
+    the revision to a commit and fetches every selected file into O(dest) with C(aria2c): many
+    connections per file, several files at once, resumable.
+  - Bytes land in a staging area under C(dest/.gpufleet/staging/); a file is renamed to its final
+    path only once its hash matched the Hub's (LFS files sha256, other files their git blob id).
+    A file at its final path is therefore always whole and verified; existing files are never
+    written in place, so files hard-linked from an earlier revision stay intact.
+  - The token is sent only to the endpoint (listing, and a C(HEAD) per file that yields the signed
+    CDN URL); aria2 gets the signed URLs in a mode 0600 input file that is removed afterwards, never
+    the token, and never anything on its command line. Public repos are fetched without a token.
+  - Writes C(dest/.gpufleet/manifest.json) atomically under an exclusive lock on O(dest): commit,
+    every file's path, size, sha256, the Hub's id for it and a stat record for cheap re-checks.
+  - A re-run with everything in place is C(changed=false) and transfers no file bytes; a pinned
+    commit whose manifest matches needs no network at all. A file whose stat no longer matches the
+    manifest is hashed again and re-fetched when it differs.
+  - While it runs, C(dest/.gpufleet/progress.json) holds bytes done, rate and ETA (use the task
+    with C(async)/C(poll) and read that file to show progress, as the gpufleet.llm.model role does).
+  - Fails before fetching when the filesystem lacks the bytes still needed plus O(min_free_bytes),
+    naming needed and free bytes.
+author:
+  - gpufleet.llm contributors
+attributes:
+  check_mode:
+    support: full
+    details: Lists the revision and reports what would be fetched or linked and how many bytes; writes nothing.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: A second run with everything present is C(changed=false) and fetches no file bytes.
+options:
+  repo_id:
+    description: Hub repository id, for example C(moonshotai/Kimi-K2.6).
+    type: str
+    required: true
+  revision:
+    description: Branch, tag or full commit sha. The result always reports the commit.
+    type: str
+    default: main
+  dest:
+    description:
+      - Absolute directory to fetch into; created when missing. Nothing outside it is written.
+    type: path
+    required: true
+  repo_type:
+    description: Kind of repository.
+    type: str
+    choices: [model, dataset, space]
+    default: model
+  allow_patterns:
+    description: Only files matching one of these glob patterns (C(huggingface_hub) semantics).
+    type: list
+    elements: str
+  ignore_patterns:
+    description: Skip files matching one of these glob patterns.
+    type: list
+    elements: str
+  token:
+    description:
+      - Hub token. Default is the host's token as C(huggingface_hub) finds it (C(HF_TOKEN), the
+        token file). It is used only when the repo needs it and only towards O(endpoint).
+    type: str
+  endpoint:
+    description: Hub endpoint (a mirror). Default C(HF_ENDPOINT) on the host, else the public Hub.
+    type: str
+  connections:
+    description: aria2 connections per file (C(--max-connection-per-server), 1-16).
+    type: int
+    default: 16
+  splits:
+    description: aria2 C(--split), pieces per file fetched in parallel.
+    type: int
+    default: 16
+  parallel_files:
+    description: Files fetched at once (aria2 C(--max-concurrent-downloads)).
+    type: int
+    default: 6
+  min_split_size:
+    description: aria2 C(--min-split-size), for example C(1M) or C(20M).
+    type: str
+    default: 20M
+  max_tries:
+    description:
+      - Rounds the module makes over files that failed (each round re-resolves their URLs, honours
+        Retry-After and backs off); the module fails after the last one, naming each file and its error.
+    type: int
+    default: 5
+  retry_wait:
+    description: Base of the exponential backoff between rounds, seconds (also aria2's own retry wait).
+    type: int
+    default: 2
+  timeout:
+    description: Network timeout in seconds for Hub requests and aria2 connections.
+    type: int
+    default: 60
+  link_from:
+    description:
+      - Directories of earlier verified revisions (fetched by this module, with a manifest). A file
+        whose content matches is hard-linked from there instead of fetched.
+    type: list
+    elements: path
+  prune_partials:
+    description:
+      - Remove partial files of any downloader inside O(dest) (C(*.incomplete), C(*.aria2), stale
+        staging files). Default reports them in RV(stray) only. Nothing else is ever removed.
+    type: bool
+    default: false
+  min_free_bytes:
+    description: Free space that must remain on the filesystem after the fetch.
+    type: int
+    default: 1073741824
+  proxy:
+    description: HTTP(S) proxy URL for the Hub and aria2 (passed in the input file, not on argv).
+    type: str
+  validate_certs:
+    description: Verify TLS certificates.
+    type: bool
+    default: true
+  ca_path:
+    description: CA bundle to verify TLS certificates with.
+    type: path
+  aria2c:
+    description: Path of the aria2c binary. Default the one on C(PATH).
+    type: path
+  lock_timeout:
+    description: Seconds to wait for another run holding the lock on O(dest) before failing.
+    type: int
+    default: 600
+  hash_workers:
+    description: Threads hashing existing files. Default one per CPU.
+    type: int
+requirements:
+  - huggingface_hub >= 1.0 (the gpufleet.llm.model role installs it into its tools venv)
+  - aria2c on the host
+notes:
+  - Ansible forbids C(async) in check mode; check mode runs synchronously and writes nothing.
+seealso:
+  - name: gpufleet.llm.model role
+    description: Fetches every model listed, revisions side by side, with progress and an atomic C(current) switch.
+    link: https://github.com/gpufleet/llm/blob/main/docs/hf_snapshot.md
+"""
+
+EXAMPLES = r"""
+- name: Fetch the target model at a pinned commit
+  gpufleet.llm.hf_snapshot:
+    repo_id: moonshotai/Kimi-K2.6
+    revision: 3f0c1a2b4d5e6f708192a3b4c5d6e7f8091a2b3c
+    dest: /srv/models/kimi-k2.6/3f0c1a2b4d5e6f708192a3b4c5d6e7f8091a2b3c
+    link_from:
+      - /srv/models/kimi-k2.6/current
+  async: 7200
+  poll: 30
+
+- name: Only the safetensors and the config, through a mirror
+  gpufleet.llm.hf_snapshot:
+    repo_id: org/model
+    dest: /srv/models/model/main
+    endpoint: http://hf-mirror.internal:8000
+    allow_patterns: ["*.safetensors", "*.json"]
+    token: "{{ vault_hf_token }}"
+
+- name: Report foreign partials left by other downloaders, and remove them
+  gpufleet.llm.hf_snapshot:
+    repo_id: org/model
+    dest: /srv/models/model/main
+    prune_partials: true
+"""
+
+RETURN = r"""
+commit:
+  description: The commit sha the revision resolved to (what was fetched).
+  returned: success
+  type: str
+  sample: 9a0e962393e4de9175c7df68f4731837f10a644a
+files:
+  description:
+    - Every selected file with its action. C(present) was already there and verified, C(fetched),
+      C(resumed) (finished from an earlier partial), C(linked) (hard link from O(link_from)).
+    - In check mode the action is C(present), C(fetch) or C(link).
+  returned: success
+  type: list
+  elements: dict
+  sample: [{"path": "config.json", "size": 3282, "action": "fetched"}]
+bytes_fetched:
+  description: File bytes fetched by this run.
+  returned: success
+  type: int
+bytes_total:
+  description: Size of all selected files.
+  returned: success
+  type: int
+bytes_to_fetch:
+  description: Bytes check mode would fetch.
+  returned: check mode
+  type: int
+duration:
+  description: Wall time of the whole call in seconds (listing and hashing included).
+  returned: success
+  type: float
+throughput_mib_s:
+  description: O(bytes_fetched) over O(duration), MiB/s.
+  returned: success
+  type: float
+stray:
+  description:
+    - Files in O(dest) that are not part of the revision. C(kind=partial) for downloaders' partials
+      (C(.incomplete), orphan C(.aria2), stale staging files), C(kind=extra) for anything else.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{"path": ".cache/huggingface/download/x.incomplete", "kind": "partial", "bytes": 1048576}]
+pruned:
+  description: Paths (relative to O(dest)) removed because O(prune_partials) was set.
+  returned: success
+  type: list
+  elements: str
+manifest:
+  description: Path of the manifest written.
+  returned: success
+  type: str
+disk:
+  description: The disk preflight figures (needed_bytes, free_bytes, min_free_bytes, filesystem).
+  returned: when the revision was listed
+  type: dict
+offline:
+  description: True when a pinned commit with a matching manifest was checked without any network access.
+  returned: success
+  type: bool
+failed:
+  description: Files that could not be fetched, with the last error of each.
+  returned: failure
+  type: dict
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+try:
+    import huggingface_hub  # noqa: F401  pylint: disable=unused-import
+except ImportError:
+    HAS_HF = False
+    HF_IMPORT_ERROR = traceback.format_exc()
+else:
+    HAS_HF = True
+    HF_IMPORT_ERROR = None
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            repo_id=dict(type="str", required=True),
+            revision=dict(type="str", default="main"),
+            dest=dict(type="path", required=True),
+            repo_type=dict(type="str", default="model", choices=["model", "dataset", "space"]),
+            allow_patterns=dict(type="list", elements="str"),
+            ignore_patterns=dict(type="list", elements="str"),
+            token=dict(type="str", no_log=True),
+            endpoint=dict(type="str"),
+            connections=dict(type="int", default=16),
+            splits=dict(type="int", default=16),
+            parallel_files=dict(type="int", default=6),
+            min_split_size=dict(type="str", default="20M"),
+            max_tries=dict(type="int", default=5),
+            retry_wait=dict(type="int", default=2),
+            timeout=dict(type="int", default=60),
+            link_from=dict(type="list", elements="path"),
+            prune_partials=dict(type="bool", default=False),
+            min_free_bytes=dict(type="int", default=1073741824),
+            proxy=dict(type="str"),
+            validate_certs=dict(type="bool", default=True),
+            ca_path=dict(type="path"),
+            aria2c=dict(type="path"),
+            lock_timeout=dict(type="int", default=600),
+            hash_workers=dict(type="int"),
+        ),
+        supports_check_mode=True,
+    )
+    if not HAS_HF:
+        module.fail_json(msg=missing_required_lib("huggingface_hub"), exception=HF_IMPORT_ERROR)
+    params = dict(module.params)
+    token = params.get("token")
+    try:
+        result = _snapshot.snapshot(params, check_mode=module.check_mode, log=module.log)
+    except _snapshot.SnapshotError as exc:
+        extra = {}
+        if "failed" in exc.details:
+            extra["failed"] = exc.details["failed"]
+        if "disk" in exc.details:
+            extra["disk"] = exc.details["disk"]
+        if "result" in exc.details:
+            partial = exc.details["result"]
+            extra.update({k: partial[k] for k in ("commit", "files", "bytes_fetched", "stray") if k in partial})
+        msg = exc.msg
+        if token:
+            msg = msg.replace(token, "********")
+        module.fail_json(msg=msg, **extra)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

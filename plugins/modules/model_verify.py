@@ -1,0 +1,302 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: model_verify
+short_description: Integrity and config gate for a safetensors model directory (and its DFlash drafter)
+version_added: 0.1.0
+description:
+  - Checks one model directory on the remote host before a server loads it, and never modifies the model files.
+  - "C(config.json) parses and every O(expect) holds; the weights index (C(model.safetensors.index.json)) or the
+    single C(model.safetensors) parses, its C(weight_map) is non-empty, every shard it names exists as a regular
+    file inside O(path) (a symlink leading out of the tree is a problem); no C(.safetensors) file the index does not
+    reference and no partial downloads (C(.aria2), C(.incomplete), C(.part), ...)."
+  - "Every shard's header parses with the safetensors library and the file size is exactly 8 + header length +
+    data length (truncated files and trailing bytes both fail; zero-byte files fail); every tensor of the
+    C(weight_map) is in the header of the shard it maps to and every header tensor is in the C(weight_map);
+    C(metadata.total_size) equals the sum of tensor bytes."
+  - "File sizes and sha256 against the manifest C(hf_snapshot) wrote, or against the Hub listing of O(repo_id) at
+    O(revision) for a tree placed by another tool (non-LFS files by their git blob id). Small files (config,
+    tokenizer, C(dflash.py) and other custom code run with C(trust_remote_code)) are hashed in every mode; weight
+    files as O(mode) says."
+  - With O(target), checks that O(path) is a DFlash drafter config that fits the target model (hidden size,
+    vocabulary size, target layer ids, number of target layers).
+  - The result lists every check with its status, and the failure message lists every problem with its fix, not
+    only the first one. The module never reports a change.
+author:
+  - gpufleet.llm maintainers
+attributes:
+  check_mode:
+    support: full
+    details: Runs every check; the stat cache is not written in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: Never changes the model; only O(mode=full) and O(mode=auto) record hash results in the stat cache.
+options:
+  path:
+    description: The model directory (for example the commit directory C(hf_snapshot) fetched into).
+    type: path
+    required: true
+  mode:
+    description:
+      - V(quick) reads config, index and shard headers and hashes only the small files; its cost does not grow with
+        the size of the weights.
+      - V(full) hashes every file.
+      - V(auto) hashes the small files and every weight file whose stat record (size, mtime, inode, device, ctime)
+        changed since it last matched its sha256, and records the results in C(<path>/.gpufleet/statcache.json)
+        (atomically; not in check mode).
+    type: str
+    choices: [quick, full, auto]
+    default: auto
+  expect:
+    description:
+      - Expectations over C(config.json), JMESPath expression -> expected value, for example
+        C(model_type: kimi_k25) or C(text_config.num_hidden_layers: 61).
+      - Values compare by JSON meaning (V(61) equals V(61.0) but not V("61"); V(true) is not V(1)).
+      - An expression that does not parse is a parameter error.
+    type: dict
+  target:
+    description:
+      - Path of the target model when O(path) is a DFlash drafter; its C(config.json) is read (C(text_config) where
+        the target nests its language model's numbers). The target itself is not verified by this call.
+    type: path
+  require_files:
+    description:
+      - Globs relative to O(path) that must each match at least one file, for example C(tokenizer_config.json) or
+        C(*.tiktoken).
+    type: list
+    elements: str
+  manifest:
+    description: The manifest with the expected sizes and hashes. Default C(<path>/.gpufleet/manifest.json).
+    type: path
+  repo_id:
+    description:
+      - Take the expected sizes and hashes from this Hub repository instead of a manifest, for a tree placed by
+        another tool. Needs C(huggingface_hub) on the host.
+    type: str
+  revision:
+    description: Branch, tag or commit of O(repo_id). Default V(main).
+    type: str
+  endpoint:
+    description: Hub endpoint for O(repo_id). Default C(HF_ENDPOINT) or the public Hub.
+    type: str
+  token:
+    description: Hub token for O(repo_id). Default the host's token (C(HF_TOKEN) or the token file).
+    type: str
+  hash_workers:
+    description: Files hashed in parallel. Default the number of cores available to the process.
+    type: int
+  allow_stray:
+    description:
+      - Report partial downloads and C(.safetensors) files the index does not reference as warnings instead of
+        problems.
+    type: bool
+    default: false
+  fail_on_problem:
+    description: Fail when a problem is found. V(false) reports only (for audits); check RV(ok) then.
+    type: bool
+    default: true
+requirements:
+  - safetensors and numpy (safetensors needs a framework to open a file even when it reads only the header)
+  - jmespath (with O(expect))
+  - huggingface_hub (with O(repo_id))
+seealso:
+  - name: model_verify documentation
+    description: Checks, modes and the stat cache in detail.
+    link: https://github.com/gpufleet/gpufleet.llm/blob/main/docs/model_verify.md
+notes:
+  - Run it with the tools venv's Python (C(ansible_python_interpreter=/opt/gpufleet/tools/bin/python)) that the
+    C(gpufleet.llm.model) role installs.
+"""
+
+EXAMPLES = r"""
+- name: Verify the target before a server loads it (hashes only what changed since the last run)
+  gpufleet.llm.model_verify:
+    path: /srv/models/Kimi-K2.6/3f2a9c...
+    expect:
+      model_type: kimi_k25
+      text_config.num_hidden_layers: 61
+      text_config.n_routed_experts: 384
+    require_files:
+      - tokenizer_config.json
+      - tiktoken.model
+
+- name: Verify the DFlash drafter against its target
+  gpufleet.llm.model_verify:
+    path: /srv/models/Kimi-K2.6-DFlash/9b1e...
+    target: /srv/models/Kimi-K2.6/3f2a9c...
+    mode: full
+
+- name: Audit a tree placed by another tool against the Hub, report only
+  gpufleet.llm.model_verify:
+    path: /data/hf/Kimi-K2.6
+    repo_id: moonshotai/Kimi-K2.6
+    revision: main
+    token: "{{ hf_token }}"
+    fail_on_problem: false
+  register: audit
+
+- name: Show what is wrong
+  ansible.builtin.debug:
+    var: audit.problems
+  when: not audit.ok
+"""
+
+RETURN = r"""
+ok:
+  description: True when no check found a problem.
+  returned: always
+  type: bool
+checks:
+  description: Every check that ran, in order, with its status (V(ok), V(failed), V(warn), V(skipped)) and detail.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"name": "headers", "status": "ok", "detail": "4 shard header(s) parse, sizes = 8 + header + data"}]
+problems:
+  description: One line per problem, naming the file and the fix.
+  returned: always
+  type: list
+  elements: str
+  sample: ["model-00002-of-000004.safetensors: truncated: 1000 bytes, its header needs 1024 ...; re-fetch it"]
+notices:
+  description: Findings that do not fail the run (also shown as Ansible warnings) (stray files with O(allow_stray), no manifest in quick mode).
+  returned: always
+  type: list
+  elements: str
+shards:
+  description: Number of weight files (shards) the index names (1 for a single-file model).
+  returned: always
+  type: int
+tensors:
+  description: Number of tensors in the weight_map (or in the single file).
+  returned: always
+  type: int
+total_size:
+  description: Sum of the tensor bytes of all shards (null when a shard does not parse).
+  returned: always
+  type: int
+bytes_hashed:
+  description: Bytes read and hashed by this run.
+  returned: always
+  type: int
+hashed:
+  description: Relative paths of the files hashed by this run.
+  returned: always
+  type: list
+  elements: str
+cached:
+  description: Weight files not hashed because the stat cache (or the manifest's stat record) vouched for them.
+  returned: always
+  type: int
+files_checked:
+  description: Files listed by the manifest or the Hub whose size (and hash, as the mode says) were checked.
+  returned: always
+  type: int
+expected_from:
+  description: Where the expected hashes came from, V(manifest), V(hub) or null.
+  returned: always
+  type: str
+commit:
+  description: The commit the expected hashes describe.
+  returned: when known
+  type: str
+duration:
+  description: Seconds the checks took on the host (the module's own work, without Ansible's start-up).
+  returned: always
+  type: float
+config:
+  description: Facts from config.json (C(text_config) where nested).
+  returned: always
+  type: dict
+  contains:
+    model_type:
+      description: Top-level model_type.
+      type: str
+    architectures:
+      description: Architectures.
+      type: list
+    layers:
+      description: Number of hidden layers.
+      type: int
+    experts:
+      description: Routed experts (n_routed_experts, num_experts or num_local_experts).
+      type: int
+    hidden_size:
+      description: Hidden size.
+      type: int
+    vocab_size:
+      description: Vocabulary size.
+      type: int
+    dflash:
+      description: The drafter's DFlash facts (block_size, target_layer_ids, mask_token_id, ...) for a drafter.
+      type: dict
+  sample: {"model_type": "kimi_k25", "layers": 61, "experts": 384, "hidden_size": 7168, "vocab_size": 163840}
+expect:
+  description: Each expectation with expected and actual value.
+  returned: when O(expect) is set and config.json parses
+  type: list
+  elements: dict
+target_config:
+  description: Facts from the target's config.json.
+  returned: when O(target) is set and its config parses
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _verify
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            mode=dict(type="str", choices=list(_verify.MODES), default="auto"),
+            expect=dict(type="dict"),
+            target=dict(type="path"),
+            require_files=dict(type="list", elements="str"),
+            manifest=dict(type="path"),
+            repo_id=dict(type="str"),
+            revision=dict(type="str"),
+            endpoint=dict(type="str"),
+            token=dict(type="str", no_log=True),
+            hash_workers=dict(type="int"),
+            allow_stray=dict(type="bool", default=False),
+            fail_on_problem=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    for library, exc in _verify.missing_libraries(expect=p["expect"], repo_id=p["repo_id"]):
+        module.fail_json(msg=missing_required_lib(library), exception=exc)
+    try:
+        expectations = _verify.check_params(
+            mode=p["mode"], expect=p["expect"], require_files=p["require_files"], hash_workers=p["hash_workers"],
+            repo_id=p["repo_id"], revision=p["revision"], endpoint=p["endpoint"], token=p["token"])
+    except _verify.ParamError as exc:
+        module.fail_json(msg=str(exc))
+
+    result = _verify.verify(
+        p["path"], mode=p["mode"], target=p["target"], require_files=p["require_files"], manifest=p["manifest"],
+        repo_id=p["repo_id"], revision=p["revision"], endpoint=p["endpoint"], token=p["token"],
+        hash_workers=p["hash_workers"], allow_stray=p["allow_stray"], check_mode=module.check_mode,
+        expectations=expectations)
+    result["changed"] = False
+    for notice in result["notices"]:
+        module.warn(notice)
+    if result["problems"] and p["fail_on_problem"]:
+        module.fail_json(msg=_verify.failure_message(result), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The lab Hub (tests/lab/hub/server.py) on loopback for the hf_snapshot unit tests.
+
+The units environment cannot import tests/lab, so the server and the fixture generator run as
+subprocesses, found by path from the collection root. The fixture store is generated into a
+session temp dir (a few seconds) so these tests never touch the shared lab cache. In an installed
+collection tests/lab is absent: those tests are skipped, saying so.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+LAB = os.path.join(ROOT, "tests", "lab")
+SERVER = os.path.join(LAB, "hub", "server.py")
+FIXTURES = os.path.join(LAB, "fixtures.py")
+TOKEN_READER = "hf_labREADERfakeTOKENnotAsecret000001"  # tests/lab/fixtures.py, lab-only, fake
+TOKEN_NO_GATED = "hf_labNOGATEDfakeTOKENnotAsecret00002"
+TARGET = "gpufleet-lab/Kimi-K2.6-mini"
+DRAFTER = "gpufleet-lab/Kimi-K2.6-mini-DFlash"
+GATED = "gpufleet-lab/Kimi-K2.6-mini-gated"
+
+
+class LabHub(object):
+    def __init__(self, api, cdn, store, proc):
+        self.api, self.cdn, self.store, self.proc = api, cdn, store, proc
+
+    def call(self, method, path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.api + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read() or b"null")
+
+    def reset(self):
+        return self.call("POST", "/_lab/reset", {})
+
+    def faults(self, *rules):
+        return self.call("POST", "/_lab/faults", {"rules": list(rules)})
+
+    def fault_state(self):
+        return self.call("GET", "/_lab/faults")["rules"]
+
+    def config(self, **changes):
+        return self.call("POST", "/_lab/config", changes)
+
+    def log(self, server=None):
+        return self.call("GET", "/_lab/log" + ("?server=%s" % server if server else ""))
+
+    def repo(self, repo_id):
+        with open(os.path.join(self.store, "store", repo_id, "repo.json")) as handle:
+            return json.load(handle)
+
+    def files_at(self, repo_id, ref):
+        repo = self.repo(repo_id)
+        refs = dict(repo["refs"]["branches"], **repo["refs"]["tags"])
+        sha = refs.get(ref, ref)
+        return sha, {f["path"]: f for f in repo["commits"][sha]["files"]}
+
+    def blob_path(self, entry):
+        return os.path.join(self.store, "blobs", entry["lfs"]["sha256"] if entry.get("lfs") else entry["sha256"])
+
+
+def _ready(proc, timeout=30.0):
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    buf = b""
+    while b"\n" not in buf and time.monotonic() < deadline and proc.poll() is None:
+        if sel.select(timeout=0.5):
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            buf += chunk
+    sel.close()
+    return json.loads(buf.split(b"\n", 1)[0])
+
+
+@pytest.fixture(scope="session")
+def lab_store():
+    if not os.path.exists(SERVER) or not os.path.exists(FIXTURES):
+        pytest.skip("tests/lab is not part of this tree (installed collection): no lab Hub to test against")
+    try:
+        import numpy  # noqa: F401  pylint: disable=unused-import
+        import safetensors  # noqa: F401  pylint: disable=unused-import
+    except ImportError as exc:
+        pytest.skip("the fixture generator needs numpy and safetensors: %s" % exc)
+    cache = tempfile.mkdtemp(prefix="gpufleet-units-lab-")
+    res = subprocess.run([sys.executable, FIXTURES, "--cache", cache], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        shutil.rmtree(cache, ignore_errors=True)
+        pytest.fail("fixtures.py failed: %s" % (res.stderr[-2000:] or res.stdout[-2000:]))
+    yield os.path.join(cache, "fixtures")
+    shutil.rmtree(cache, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def lab_hub_server(lab_store):
+    store = lab_store
+    cmd = [sys.executable, SERVER, "--store", store, "--api", "127.0.0.1:0", "--cdn", "127.0.0.2:0",
+           "--tokens", os.path.join(store, "tokens.json")]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)  # pylint: disable=consider-using-with
+    try:
+        ready = _ready(proc)
+    except ValueError:
+        proc.kill()
+        proc.wait()
+        pytest.fail("the lab Hub did not start")
+    yield LabHub(ready["api"], ready["cdn"], store, proc)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    proc.stdout.close()
+
+
+@pytest.fixture
+def lab_hub(lab_hub_server, monkeypatch, tmp_path):
+    """The session's lab Hub, reset; no ambient token or endpoint leaks into the code under test."""
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    assert lab_hub_server.proc.poll() is None, "lab Hub died"
+    lab_hub_server.reset()
+    yield lab_hub_server
+    lab_hub_server.reset()
+
+
+@pytest.fixture
+def aria2c():
+    path = shutil.which("aria2c")
+    if not path:
+        pytest.skip("aria2c is not installed on this controller (apt-get install aria2)")
+    return path
