@@ -82,6 +82,9 @@ do_fixtures() { "$PY" "$ROOT/tests/lab/fixtures.py"; }
 setup() {
     stage apt do_apt
     stage venv do_venv
+    # A lab left by an interrupted run (its processes gone, its mounts and namespaces not) must not
+    # meet a rebuilt rootfs or regenerated fixtures; a healthy one is kept (demo, bench).
+    stage lab-stale do_lab_stale
     stage wheelhouse do_wheelhouse
     stage rootfs do_rootfs
     stage fixtures do_fixtures
@@ -133,6 +136,10 @@ do_lab_local() { run_pytest tests/lab/tests -m "not lab" --deselect tests/lab/te
 do_lab_marked() { run_pytest tests/lab/tests -m lab -q; }
 do_lab_up() { "$PY" "$ROOT/tests/lab/labctl.py" up --hosts "$LAB_HOSTS"; }
 do_lab_down() { [ -x "$PY" ] || return 0; "$PY" "$ROOT/tests/lab/labctl.py" down; }
+do_lab_stale() {
+    if "$PY" "$ROOT/tests/lab/labctl.py" status >/dev/null 2>&1; then log "lab is up and healthy: kept"; return 0; fi
+    do_lab_down
+}
 do_lab_status() { "$PY" "$ROOT/tests/lab/labctl.py" status; }
 do_teardown_check() { run_pytest tests/lab/tests/test_lab_teardown.py -q; }
 
@@ -162,7 +169,7 @@ run_test() {
     local failed=0
     trap 'stage lab-down do_lab_down || true; summary' EXIT
     setup
-    stage lab-down do_lab_down          # a lab left over by an interrupted run
+    stage lab-down do_lab_down          # make test always starts from a fresh lab
     stage lint do_lint || failed=1
     stage build do_build || failed=1
     stage sanity do_sanity || failed=1

@@ -174,15 +174,22 @@ def _describe_rejection(path, rel, size, header_len, lib_message):
         return "%s: header is not JSON (%s); the file is corrupt, %s" % (rel, exc, FIX_REFETCH)
     if not isinstance(header, dict):
         return "%s: header is not a JSON object; the file is corrupt, %s" % (rel, FIX_REFETCH)
-    data_end = 0
+    spans = []
     for name, info in header.items():
         if name == "__metadata__":
             continue
         try:
-            data_end = max(data_end, int(info["data_offsets"][1]))
+            spans.append((int(info["data_offsets"][0]), int(info["data_offsets"][1])))
         except (TypeError, KeyError, IndexError, ValueError):
             return "%s: header entry %r has no valid data_offsets; the file is corrupt, %s" % (
                 rel, name, FIX_REFETCH)
+    spans.sort()
+    data_end = 0
+    for begin, end in spans:
+        if begin != data_end or end < begin:
+            return "%s: header's data_offsets overlap or leave gaps (at byte %d of the data; safetensors: %s); the " \
+                   "file is corrupt, %s" % (rel, data_end, lib_message, FIX_REFETCH)
+        data_end = end
     expected = 8 + header_len + data_end
     if size < expected:
         return "%s: truncated: %d bytes, its header needs %d (8 + %d header + %d data): %d bytes missing; %s" % (

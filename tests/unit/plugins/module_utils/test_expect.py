@@ -20,7 +20,7 @@ def run(expect):
 def test_expectations_that_hold():
     details, problems = run({"model_type": "kimi_k25", "text_config.num_hidden_layers": 61,
                              "text_config.rope_theta": 50000, "architectures[0]": "KimiK25ForConditionalGeneration",
-                             "quantization_config.config_groups.*.weights.num_bits": [4],
+                             "values(quantization_config.config_groups)[].weights.num_bits": [4],
                              "text_config.tie_word_embeddings": False, '"weird-key"': 1,
                              "length(architectures)": 1})
     assert problems == [] and all(d["ok"] for d in details) and len(details) == 8
