@@ -197,7 +197,9 @@ def test_per_connection_cap(hub):
         t.join(timeout=60)
     for status, n, secs in results.values():
         assert status == 206 and n == 3 * MiB
-        assert 0.85 * rate <= n / secs <= 1.15 * rate, f"{n / secs / MiB:.2f} MiB/s, cap 2 MiB/s"
+        # The upper bound is the cap's promise; the lower one only tells "per connection" from
+        # "shared by both" (0.5x), with room for a busy machine.
+        assert 0.6 * rate <= n / secs <= 1.15 * rate, f"{n / secs / MiB:.2f} MiB/s, cap 2 MiB/s"
 
 
 def test_total_cap_is_shared(hub):
@@ -215,11 +217,13 @@ def test_total_cap_is_shared(hub):
     wall = time.monotonic() - t0
     assert sorted(r[:2] for r in results.values()) == [(206, 2 * MiB)] * 3
     total = 6 * MiB / wall
-    assert 0.85 * rate <= total <= 1.15 * rate, f"{total / MiB:.2f} MiB/s over 3 connections, cap 3 MiB/s"
-    # Uncapping takes effect without a restart.
+    # Per-connection instead of shared would give 3x the rate: the upper bound catches that.
+    assert 0.6 * rate <= total <= 1.15 * rate, f"{total / MiB:.2f} MiB/s over 3 connections, cap 3 MiB/s"
+    # Uncapping takes effect without a restart: far above the old cap.
     hub.config(rate_total=0)
     _timed_get(url, {}, results, "free")
-    assert results["free"][2] < 1.0
+    status, n, secs = results["free"]
+    assert status == 200 and n / secs > 3 * rate, f"uncapped: {n / secs / MiB:.2f} MiB/s"
 
 
 def test_request_log_contents(hub, lab_tokens):

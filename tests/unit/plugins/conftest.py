@@ -71,7 +71,7 @@ class LabHub(object):
         return sha, {f["path"]: f for f in repo["commits"][sha]["files"]}
 
     def blob_path(self, entry):
-        return os.path.join(self.store, "blobs", entry["lfs"]["sha256"] if entry.get("lfs") else entry["sha256"])
+        return os.path.join(self.store, "blobs", entry["lfs"]["sha256"])
 
 
 def _ready(proc, timeout=30.0):

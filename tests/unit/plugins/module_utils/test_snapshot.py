@@ -1,0 +1,377 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""_snapshot end to end: real aria2c against the real lab Hub on loopback (tests/unit/plugins/conftest.py)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _manifest, _snapshot
+
+TARGET = "gpufleet-lab/Kimi-K2.6-mini"
+GATED = "gpufleet-lab/Kimi-K2.6-mini-gated"
+TOKEN_READER = "hf_labREADERfakeTOKENnotAsecret000001"
+SHARD3 = "model-00003-of-000004.safetensors"
+
+
+def sha256(path):
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def run(hub, dest, check_mode=False, **params):
+    base = dict(repo_id=TARGET, revision="main", dest=str(dest), endpoint=hub.api, min_free_bytes=0,
+                retry_wait=1, connections=4, splits=4, min_split_size="1M")
+    base.update(params)
+    return _snapshot.snapshot(base, check_mode=check_mode)
+
+
+def body_bytes(hub):
+    """File-body bytes served: CDN GETs plus GETs of resolve URLs (non-LFS files)."""
+    return sum(e["bytes_sent"] for e in hub.log() if e["method"] == "GET" and (e["server"] == "cdn" or "/resolve/" in e["path"]))
+
+
+def git_blob(path):
+    with open(path, "rb") as handle:
+        data = handle.read()
+    return hashlib.sha1(b"blob %d\x00" % len(data) + data).hexdigest()  # nosec B324 - git object id
+
+
+def assert_identical(hub, dest, repo, ref):
+    """Every file byte-identical to the Hub's: LFS by sha256 (the store's blob), others by git blob id."""
+    commit, files = hub.files_at(repo, ref)
+    for path, entry in files.items():
+        local = os.path.join(str(dest), path)
+        if entry.get("lfs"):
+            assert sha256(local) == entry["lfs"]["sha256"] == sha256(hub.blob_path(entry)), path
+        else:
+            assert git_blob(local) == entry["blob_id"], path
+    return commit, files
+
+
+def test_fetch_update_idempotent_offline(lab_hub, aria2c, tmp_path):
+    v1 = tmp_path / "v1"
+    res = run(lab_hub, v1, revision="v1.0")
+    commit, files = assert_identical(lab_hub, v1, TARGET, "v1.0")
+    assert res["changed"] and res["commit"] == commit
+    assert {f["action"] for f in res["files"]} == {"fetched"}
+    assert res["bytes_fetched"] == sum(f["size"] for f in files.values())
+    manifest = _manifest.read_manifest(str(v1))
+    assert manifest["commit"] == commit and set(manifest["files"]) == set(files)
+    rec = manifest["files"][SHARD3]
+    assert rec["sha256"] == files[SHARD3]["lfs"]["sha256"] and rec["lfs"] and rec["stat"]
+    assert manifest["files"]["config.json"]["hub_id"] == files["config.json"]["blob_id"]
+    assert manifest["files"]["config.json"]["sha256"] == sha256(v1 / "config.json")
+    assert not (v1 / ".gpufleet" / "staging").exists()
+    progress = json.loads((v1 / ".gpufleet" / "progress.json").read_text())
+    assert progress["state"] == "done" and progress["bytes_done"] == progress["bytes_total"]
+
+    # second run: changed=false, no file body bytes served
+    lab_hub.reset()
+    res = run(lab_hub, v1, revision="v1.0")
+    assert not res["changed"] and {f["action"] for f in res["files"]} == {"present"}
+    assert body_bytes(lab_hub) == 0 and res["bytes_fetched"] == 0
+
+    # pinned commit + matching manifest: no network at all
+    lab_hub.reset()
+    res = run(lab_hub, v1, revision=commit)
+    assert not res["changed"] and res["offline"] and lab_hub.log() == []
+
+    # update to main with link_from: only the changed shard + config.json travel, the rest are links
+    lab_hub.reset()
+    main = tmp_path / "main"
+    res = run(lab_hub, main, link_from=[str(v1)])
+    main_commit, main_files = assert_identical(lab_hub, main, TARGET, "main")
+    actions = {f["path"]: f["action"] for f in res["files"]}
+    assert {p for p, a in actions.items() if a == "fetched"} == {SHARD3, "config.json"}
+    assert all(a == "linked" for p, a in actions.items() if p not in (SHARD3, "config.json"))
+    for path in main_files:
+        same = os.stat(v1 / path).st_ino == os.stat(main / path).st_ino
+        assert same == (path not in (SHARD3, "config.json")), path
+    cdn = [e for e in lab_hub.log(server="cdn") if e["method"] == "GET"]
+    assert {e["path"].split("/")[-1] for e in cdn} == {main_files[SHARD3]["lfs"]["sha256"]}
+    # the earlier revision is untouched
+    assert_identical(lab_hub, v1, TARGET, "v1.0")
+
+
+def test_check_mode_writes_nothing(lab_hub, aria2c, tmp_path):
+    dest = tmp_path / "d"
+    res = run(lab_hub, dest, check_mode=True)
+    assert res["changed"] and res["bytes_to_fetch"] == res["bytes_total"] > 0
+    assert {f["action"] for f in res["files"]} == {"fetch"}
+    assert not dest.exists()
+    run(lab_hub, dest)
+    res = run(lab_hub, dest, check_mode=True)
+    assert not res["changed"] and res["bytes_to_fetch"] == 0
+
+
+def test_patterns_and_branch_resolves_to_commit(lab_hub, aria2c, tmp_path):
+    res = run(lab_hub, tmp_path / "d", allow_patterns=["*.json"], ignore_patterns=["model.safetensors.index.json"])
+    commit, files = lab_hub.files_at(TARGET, "main")
+    assert res["commit"] == commit and res["revision"] == "main"
+    expected = sorted(p for p in files if p.endswith(".json") and p != "model.safetensors.index.json")
+    assert sorted(f["path"] for f in res["files"]) == expected
+    assert sorted(os.listdir(tmp_path / "d")) == sorted([".gpufleet"] + expected)
+
+
+def test_gated_without_and_with_token_never_reaching_cdn(lab_hub, aria2c, tmp_path):
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        run(lab_hub, tmp_path / "g", repo_id=GATED)
+    assert "gated or private" in err.value.msg and "token" in err.value.msg
+    lab_hub.reset()
+    seen = []
+    stop = threading.Event()
+
+    def sample_ps():
+        while not stop.is_set():
+            for pid in os.listdir("/proc"):
+                if pid.isdigit():
+                    try:
+                        with open("/proc/%s/cmdline" % pid, "rb") as handle:
+                            seen.append(handle.read())
+                    except OSError:
+                        pass
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample_ps)
+    sampler.start()
+    try:
+        res = run(lab_hub, tmp_path / "g", repo_id=GATED, token=TOKEN_READER)
+    finally:
+        stop.set()
+        sampler.join()
+    assert_identical(lab_hub, tmp_path / "g", GATED, "main")
+    assert any(b"aria2c" in cmd for cmd in seen), "no aria2c seen in ps samples"
+    assert not any(TOKEN_READER.encode() in cmd for cmd in seen)
+    assert TOKEN_READER not in json.dumps(res)
+    log = lab_hub.log()
+    assert any(e["server"] == "cdn" for e in log)
+    assert not any(e["auth_present"] for e in log if e["server"] == "cdn")
+    assert any(e["auth_present"] for e in log if e["server"] == "api")
+    for root, dummy, names in os.walk(tmp_path / "g"):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as handle:
+                assert TOKEN_READER.encode() not in handle.read(), name
+
+
+def test_public_repo_sends_no_token(lab_hub, aria2c, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN_READER)  # the host has a token: a public repo must not get it
+    run(lab_hub, tmp_path / "d", allow_patterns=["config.json", "*00001*"])
+    assert not any(e["auth_present"] for e in lab_hub.log())
+
+
+def test_traversal_refused(lab_hub, aria2c, tmp_path, monkeypatch):
+    real = _hub.list_revision
+
+    def evil(api, repo_id, commit, repo_type="model"):
+        return real(api, repo_id, commit, repo_type) + [_hub.RemoteFile("../../etc/evil", 3, "e" * 40, None, False)]
+
+    monkeypatch.setattr(_hub, "list_revision", evil)
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        run(lab_hub, tmp_path / "d")
+    assert "outside" in err.value.msg and "../../etc/evil" in err.value.msg
+    assert not (tmp_path / "d").exists()
+    # a symlink inside dest pointing out is refused too
+    (tmp_path / "d").mkdir()
+    (tmp_path / "out").mkdir()
+    os.symlink(str(tmp_path / "out"), str(tmp_path / "d" / "sub"))
+    monkeypatch.setattr(_hub, "list_revision", lambda *a, **k: [_hub.RemoteFile("sub/x.json", 3, "e" * 40, None, False)])
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        run(lab_hub, tmp_path / "d")
+    assert "symlink" in err.value.msg
+    assert os.listdir(tmp_path / "out") == []
+
+
+def test_disk_preflight_names_needed_and_free(lab_hub, aria2c, tmp_path):
+    free = os.statvfs(str(tmp_path)).f_bavail * os.statvfs(str(tmp_path)).f_frsize
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        run(lab_hub, tmp_path / "d", min_free_bytes=free)
+    msg = err.value.msg
+    assert "not enough disk space" in msg and "free" in msg and "min_free_bytes" in msg
+    assert err.value.details["disk"]["needed_bytes"] > 0
+    assert lab_hub.log(server="cdn") == []
+
+
+def test_strays_reported_and_pruned(lab_hub, aria2c, tmp_path):
+    dest = tmp_path / "d"
+    run(lab_hub, dest, allow_patterns=["*.json"])
+    (dest / ".cache" / "huggingface" / "download").mkdir(parents=True)
+    (dest / ".cache" / "huggingface" / "download" / "x.incomplete").write_bytes(b"\0" * 4096)
+    (dest / "model-00009.safetensors.aria2").write_bytes(b"ctl")
+    (dest / "notes.txt").write_text("mine")
+    res = run(lab_hub, dest, allow_patterns=["*.json"])
+    kinds = {s["path"]: s["kind"] for s in res["stray"]}
+    assert kinds == {".cache/huggingface/download/x.incomplete": "partial",
+                     "model-00009.safetensors.aria2": "partial", "notes.txt": "extra"}
+    assert res["pruned"] == [] and not res["changed"]
+    res = run(lab_hub, dest, allow_patterns=["*.json"], prune_partials=True)
+    assert res["changed"]
+    assert sorted(res["pruned"]) == [".cache/huggingface/download/x.incomplete", "model-00009.safetensors.aria2"]
+    assert (dest / "notes.txt").read_text() == "mine"  # never removes what is not a partial
+    assert [s["path"] for s in res["stray"]] == ["notes.txt"]
+
+
+def test_same_size_corruption_refetched_and_hardlink_safe(lab_hub, aria2c, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    run(lab_hub, a, allow_patterns=["*00002*"])
+    run(lab_hub, b, allow_patterns=["*00002*"], link_from=[str(a)])
+    name = "model-00002-of-000004.safetensors"
+    assert os.stat(a / name).st_ino == os.stat(b / name).st_ino
+    # break the link in b by replacing its content with same-size garbage (as a bad copy would)
+    size = os.path.getsize(b / name)
+    os.unlink(b / name)
+    (b / name).write_bytes(b"\0" * size)
+    lab_hub.reset()
+    res = run(lab_hub, b, allow_patterns=["*00002*"])
+    assert [f["action"] for f in res["files"]] == ["fetched"]
+    _, files = lab_hub.files_at(TARGET, "main")
+    assert sha256(b / name) == files[name]["lfs"]["sha256"] == sha256(a / name)
+
+
+def test_preallocated_staging_file_without_control_is_not_trusted(lab_hub, aria2c, tmp_path):
+    dest = tmp_path / "d"
+    _, files = lab_hub.files_at(TARGET, "main")
+    entry = files[SHARD3]
+    staging = dest / ".gpufleet" / "staging"
+    staging.mkdir(parents=True)
+    # full length, no .aria2: aria2 -c alone would call it complete
+    (staging / entry["lfs"]["sha256"]).write_bytes(b"\0" * entry["size"])
+    res = run(lab_hub, dest, allow_patterns=[SHARD3])
+    assert sha256(dest / SHARD3) == entry["lfs"]["sha256"]
+    assert [f["action"] for f in res["files"]] == ["fetched"]
+
+
+def test_faults_and_url_expiry(lab_hub, aria2c, tmp_path):
+    lab_hub.faults(
+        {"server": "cdn", "method": "GET", "status": 500, "times": 2},
+        {"server": "cdn", "method": "GET", "status": 429, "retry_after": 1, "times": 2},
+        {"server": "cdn", "method": "GET", "action": "reset", "after_bytes": 100000, "times": 2},
+        {"server": "cdn", "method": "GET", "action": "truncate", "after_bytes": 200000, "times": 2},
+        {"server": "api", "method": "HEAD", "path": "config.json", "status": 503, "retry_after": 1, "times": 1},
+        {"server": "api", "path": "/revision/", "status": 500, "times": 1},
+    )
+    res = run(lab_hub, tmp_path / "d", max_tries=8)
+    assert_identical(lab_hub, tmp_path / "d", TARGET, "main")
+    assert all(r["fired"] == r.get("times") for r in lab_hub.fault_state())
+    assert res["changed"]
+    # signed URLs that expire mid-fetch: re-resolved, resumed
+    lab_hub.reset()
+    lab_hub.config(cdn_url_ttl=1, rate_per_conn=2 * 1024 * 1024)
+    res = run(lab_hub, tmp_path / "e", allow_patterns=["*.safetensors"], max_tries=10, connections=1, splits=1)
+    _, files = lab_hub.files_at(TARGET, "main")
+    for f in res["files"]:
+        assert sha256(tmp_path / "e" / f["path"]) == files[f["path"]]["lfs"]["sha256"]
+    assert any(e["status"] == 403 for e in lab_hub.log(server="cdn")), "no URL expired: test proves nothing"
+
+
+def _aria2_children():
+    me = str(os.getpid())
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            with open("/proc/%s/comm" % pid) as handle:
+                comm = handle.read().strip()
+        except OSError:
+            continue
+        if fields[1] == me and comm == "aria2c":
+            pids.append(int(pid))
+    return pids
+
+
+def test_sigkill_of_aria2_mid_file_resumes(lab_hub, aria2c, tmp_path):
+    lab_hub.config(rate_per_conn=1024 * 1024)
+    dest = tmp_path / "d"
+    box = {}
+
+    def target():
+        try:
+            box["res"] = run(lab_hub, dest, allow_patterns=["*.safetensors"], max_tries=1)
+        except _snapshot.SnapshotError as exc:
+            box["err"] = exc
+
+    worker = threading.Thread(target=target)
+    worker.start()
+    killed = False
+    for dummy in range(100):
+        pids = _aria2_children()
+        if pids and os.path.exists(dest / ".gpufleet" / "progress.json"):
+            time.sleep(2)
+            for pid in _aria2_children():
+                os.kill(pid, signal.SIGKILL)
+                killed = True
+            break
+        time.sleep(0.1)
+    worker.join(120)
+    assert killed
+    assert "err" in box, "one try only: the killed run must fail"
+    lab_hub.config(rate_per_conn=0)
+    res = run(lab_hub, dest, allow_patterns=["*.safetensors"])
+    _, files = lab_hub.files_at(TARGET, "main")
+    total = 0
+    for f in res["files"]:
+        assert sha256(dest / f["path"]) == files[f["path"]]["lfs"]["sha256"]
+        total += f["size"]
+    assert any(f["action"] == "resumed" for f in res["files"])
+    served = sum(e["bytes_sent"] for e in lab_hub.log(server="cdn"))
+    assert served <= 1.1 * total, (served, total)
+
+
+def test_concurrent_runs_one_dest(lab_hub, aria2c, tmp_path):
+    lab_hub.config(rate_per_conn=4 * 1024 * 1024)
+    dest = tmp_path / "d"
+    results = []
+
+    def one():
+        try:
+            results.append(run(lab_hub, dest, allow_patterns=["*.safetensors"]))
+        except _snapshot.SnapshotError as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=one) for dummy in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(results) == 2 and all(isinstance(r, dict) for r in results), results
+    assert sorted(r["changed"] for r in results) == [False, True]
+    _, files = lab_hub.files_at(TARGET, "main")
+    for path in (p for p in files if p.endswith(".safetensors")):
+        assert sha256(dest / path) == files[path]["lfs"]["sha256"]
+
+
+def test_lock_timeout_fails_clearly(lab_hub, aria2c, tmp_path):
+    dest = tmp_path / "d"
+    dest.mkdir()
+    with _manifest.DirLock(str(dest)):
+        with pytest.raises(_snapshot.SnapshotError) as err:
+            run(lab_hub, dest, lock_timeout=0, allow_patterns=["config.json"])
+    assert "locked by another run" in err.value.msg
+
+
+def test_bad_input_messages(tmp_path):
+    for params, words in (
+        (dict(repo_id="a/b", dest="relative"), "absolute"),
+        (dict(repo_id="a/b", dest=str(tmp_path), connections=17), "1-16"),
+        (dict(repo_id="a/b", dest=str(tmp_path), min_split_size="huge"), "min_split_size"),
+    ):
+        with pytest.raises(_snapshot.SnapshotError) as err:
+            _snapshot.snapshot(params)
+        assert words in err.value.msg
+
+
+def test_patterns_semantics():
+    assert _snapshot.matches_patterns("a/b.json", ["*.json"], None)
+    assert not _snapshot.matches_patterns("a.bin", ["*.json"], None)
+    assert not _snapshot.matches_patterns("sub/x.bin", None, ["sub/"])
+    assert _snapshot.matches_patterns("x", None, None)

@@ -1,0 +1,121 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The model_verify module end to end, in-process: arguments in through ansible-core's
+``ansible.module_utils.testing.patch_module_args`` (ansible-core 2.19; older cores: the
+``_ANSIBLE_ARGS`` patch it replaces), the JSON result read from stdout as the controller would."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ansible.module_utils import basic
+
+from ansible_collections.gpufleet.llm.plugins.modules import model_verify
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees as mt
+
+try:
+    from ansible.module_utils.testing import patch_module_args
+except ImportError:  # ansible-core < 2.19
+    import contextlib
+    from unittest import mock
+
+    from ansible.module_utils.common.text.converters import to_bytes
+
+    @contextlib.contextmanager
+    def patch_module_args(args):
+        with mock.patch.object(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args}))):
+            yield
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory):
+    base = tmp_path_factory.mktemp("golden")
+    mt.make_golden(str(base))
+    return str(base)
+
+
+@pytest.fixture
+def trees(golden, tmp_path):
+    return mt.fresh_copy(golden, str(tmp_path / "models"))
+
+
+def run(capsys, args, check_mode=False):
+    if check_mode:
+        args = dict(args, _ansible_check_mode=True)
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exc:
+            model_verify.main()
+    out = capsys.readouterr().out
+    result = json.loads(out)
+    result["_rc"] = exc.value.code
+    return result
+
+
+def test_clean_target_and_drafter(capsys, trees):
+    target, drafter = trees
+    for mode in ("quick", "full", "auto"):
+        res = run(capsys, {"path": target, "mode": mode, "expect": {"model_type": "kimi_k25",
+                                                                    "text_config.num_hidden_layers": 61}})
+        assert res["_rc"] == 0 and not res.get("failed") and res["ok"] and res["changed"] is False, res
+        assert res["shards"] == 4 and res["config"]["layers"] == 61 and res["duration"] >= 0
+        res = run(capsys, {"path": drafter, "mode": mode, "target": target})
+        assert res["ok"] and not res.get("failed") and res["changed"] is False
+
+
+def test_problems_fail_with_every_line(capsys, trees):
+    target, _drafter = trees
+    os.unlink(os.path.join(target, mt.shard_name(2)))
+    with open(os.path.join(target, mt.shard_name(1) + ".aria2"), "w") as handle:
+        handle.write("x")
+    res = run(capsys, {"path": target, "mode": "quick"})
+    assert res["failed"] and res["_rc"] == 1 and res["changed"] is False and not res["ok"]
+    assert mt.shard_name(2) + " is missing" in res["msg"] and mt.shard_name(1) + ".aria2" in res["msg"]
+    assert res["msg"].startswith("model_verify found 2 problem(s)")
+    assert "exception" not in res and "Traceback" not in res["msg"]
+
+
+def test_report_only(capsys, trees):
+    target, _drafter = trees
+    os.truncate(os.path.join(target, mt.shard_name(3)), 10)
+    res = run(capsys, {"path": target, "mode": "quick", "fail_on_problem": False})
+    assert not res.get("failed") and res["ok"] is False and len(res["problems"]) == 1
+    assert mt.shard_name(3) in res["problems"][0]
+
+
+def test_check_mode_writes_no_stat_cache(capsys, trees):
+    target, _drafter = trees
+    res = run(capsys, {"path": target, "mode": "full"}, check_mode=True)
+    assert res["ok"] and not os.path.exists(os.path.join(target, ".gpufleet", "statcache.json"))
+    res = run(capsys, {"path": target, "mode": "full"})
+    assert res["ok"] and os.path.exists(os.path.join(target, ".gpufleet", "statcache.json"))
+
+
+def test_stray_notices_become_warnings(capsys, trees):
+    target, _drafter = trees
+    with open(os.path.join(target, "x.incomplete"), "w") as handle:
+        handle.write("x")
+    res = run(capsys, {"path": target, "mode": "quick", "allow_stray": True})
+    assert res["ok"] and not res.get("failed")
+    assert any("x.incomplete" in w for w in res["warnings"]) and any("x.incomplete" in n for n in res["notices"])
+
+
+@pytest.mark.parametrize("args,needle", [
+    ({}, "missing required arguments: path"),
+    ({"path": "/nonexistent", "mode": "fast"}, "value of mode must be one of: quick, full, auto, got: fast"),
+    ({"path": "/nonexistent", "expect": {"text_config.[": 61}}, "not valid JMESPath"),
+    ({"path": "/nonexistent", "hash_workers": 0}, "hash_workers must be a positive integer"),
+    ({"path": "/nonexistent", "token": "hf_secret_value_123"}, "only apply with repo_id"),
+])
+def test_bad_parameters_fail_cleanly(capsys, args, needle):
+    res = run(capsys, args)
+    assert res["failed"] and needle in res["msg"], res
+    assert "exception" not in res and "Traceback" not in res["msg"]
+    assert "hf_secret_value_123" not in json.dumps(res)
+
+
+def test_missing_path_is_a_problem_not_a_traceback(capsys, tmp_path):
+    res = run(capsys, {"path": str(tmp_path / "nope")})
+    assert res["failed"] and "does not exist" in res["msg"] and "exception" not in res
