@@ -185,7 +185,7 @@ def list_remote(opts, token, log):
             last = _short(exc)
         except Exception as exc:  # pylint: disable=broad-except
             # httpx transport errors are not OSErrors; anything else from the client is fatal
-            if type(exc).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore", "httpcore2"):
+            if type(exc).__module__.split(".", maxsplit=1)[0] in ("httpx", "httpx2", "httpcore", "httpcore2"):
                 last = "%s: %s" % (type(exc).__name__, _short(exc))
             else:
                 raise
@@ -523,6 +523,7 @@ def fetch(items, dest, opts, token, use_token, progress, log):
         if not pending:
             break
         wait_hint = 0.0
+
         # 1. resolve: the token goes to the endpoint only; aria2 gets the URL it was sent to.
         def resolve(item):
             try:
@@ -875,7 +876,7 @@ def _run(opts, items, token, use_token, started, check_mode, log):
         res["disk"] = disk
         return res
 
-    progress = Progress(dest, opts["repo_id"], opts["commit"], [it for it in to_fetch.values()])
+    progress = Progress(dest, opts["repo_id"], opts["commit"], list(to_fetch.values()))
     linked = 0
     for item in items:
         if item.action == "link":

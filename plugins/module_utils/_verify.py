@@ -89,24 +89,27 @@ class _Report(object):
         self.problems = []
         self.warnings = []
 
-    def add(self, name, problems=(), detail="", warnings=(), skipped=False):
+    def add(self, name, problems=(), detail="", warnings=(), skipped=False, context=""):
+        """``detail`` describes the passing check; ``context`` (for example where expected hashes came
+        from) is kept in front of problems and warnings too."""
         problems = list(problems)
         warnings = list(warnings)
         self.problems.extend(problems)
         self.warnings.extend(warnings)
+        lead = context + "; " if context else ""
         if problems:
             status = "failed"
-            shown = problems[:MAX_LISTED]
-            detail = "; ".join([detail] if detail else []) + ("; " if detail else "") + " | ".join(shown)
+            detail = lead + " | ".join(problems[:MAX_LISTED])
             if len(problems) > MAX_LISTED:
                 detail += " | ... and %d more" % (len(problems) - MAX_LISTED)
         elif skipped:
             status = "skipped"
         elif warnings:
             status = "warn"
-            detail = (detail + "; " if detail else "") + " | ".join(warnings[:MAX_LISTED])
+            detail = lead + " | ".join(warnings[:MAX_LISTED])
         else:
             status = "ok"
+            detail = context if context and not detail else detail
         self.checks.append({"name": name, "status": status, "detail": detail})
 
 
@@ -212,7 +215,7 @@ def verify(path, mode="auto", expect=None, target=None, require_files=None, mani
                                     repo_id=repo_id, revision=revision, endpoint=endpoint, token=token)
     report = _Report()
     result = {
-        "path": path, "mode": mode, "shards": 0, "tensors": 0, "total_size": None, "bytes_hashed": 0,
+        "verified_path": path, "mode": mode, "shards": 0, "tensors": 0, "total_size": None, "bytes_hashed": 0,
         "hashed": [], "cached": 0, "files_checked": 0, "expected_from": None, "commit": None, "config": {},
     }
     root = os.path.abspath(path)
@@ -292,7 +295,8 @@ def verify(path, mode="auto", expect=None, target=None, require_files=None, mani
                          "download?); remove it, or set allow_stray if it belongs there"
                          % (rel, _st.INDEX if kind == "index" else "this single-file model"))
     if allow_stray:
-        report.add("stray", warnings=stray, detail="%d files in the tree" % len(all_files))
+        report.add("stray", warnings=stray, detail="%d files in the tree, no partials or unreferenced shards"
+                   % len(all_files), context="allow_stray")
     else:
         report.add("stray", stray, "%d files in the tree, no partials or unreferenced shards" % len(all_files))
 
@@ -501,7 +505,7 @@ def _check_hashes(report, result, root, path, mode, manifest, repo_id, revision,
         source, " commit %s" % commit if commit else "", len(hashed), bytes_hashed, cached)
     if mode == "quick":
         detail += ", %d weight file(s) not hashed (quick: sizes only)" % n_large
-    report.add("hashes", problems, detail, warnings)
+    report.add("hashes", problems, warnings=warnings, context=detail)
 
     if mode != "quick" and not check_mode:
         _save_statcache(report, root, statcache, new_cache, lock_timeout)
@@ -519,7 +523,7 @@ def _save_statcache(report, root, old, new, lock_timeout):
 
 def failure_message(result):
     """One message naming every problem: what the module fails with."""
-    lines = ["model_verify found %d problem(s) in %s (mode %s):" % (len(result["problems"]), result["path"],
-                                                                      result["mode"])]
+    head = "model_verify found %d problem(s) in %s (mode %s):"
+    lines = [head % (len(result["problems"]), result["verified_path"], result["mode"])]
     lines.extend("- " + p for p in result["problems"])
     return "\n".join(lines)

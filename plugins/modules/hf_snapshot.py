@@ -13,8 +13,8 @@ short_description: Fetch a Hugging Face Hub repo at a pinned revision with aria2
 version_added: 0.1.0
 description:
   - Lists a Hub repository at a revision (branch, tag or commit) with C(huggingface_hub), resolves
-    the revision to a commit and fetches every selected file into O(dest) with C(aria2c): many
-    connections per file, several files at once, resumable.
+    the revision to a commit and fetches every selected file into O(dest) with C(aria2c), with many
+    connections per file and several files at once, resumable.
   - Bytes land in a staging area under C(dest/.gpufleet/staging/); a file is renamed to its final
     path only once its hash matched the Hub's (LFS files sha256, other files their git blob id).
     A file at its final path is therefore always whole and verified; existing files are never
@@ -22,8 +22,8 @@ description:
   - The token is sent only to the endpoint (listing, and a C(HEAD) per file that yields the signed
     CDN URL); aria2 gets the signed URLs in a mode 0600 input file that is removed afterwards, never
     the token, and never anything on its command line. Public repos are fetched without a token.
-  - Writes C(dest/.gpufleet/manifest.json) atomically under an exclusive lock on O(dest): commit,
-    every file's path, size, sha256, the Hub's id for it and a stat record for cheap re-checks.
+  - Writes C(dest/.gpufleet/manifest.json) atomically under an exclusive lock on O(dest), with the
+    commit and every file's path, size, sha256, the Hub's id for it and a stat record for cheap re-checks.
   - A re-run with everything in place is C(changed=false) and transfers no file bytes; a pinned
     commit whose manifest matches needs no network at all. A file whose stat no longer matches the
     manifest is hashed again and re-fetched when it differs.
@@ -32,14 +32,17 @@ description:
   - Fails before fetching when the filesystem lacks the bytes still needed plus O(min_free_bytes),
     naming needed and free bytes.
 author:
-  - gpufleet.llm contributors
+  - gpufleet.llm contributors (@gpufleet)
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Lists the revision and reports what would be fetched or linked and how many bytes; writes nothing.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: A second run with everything present is C(changed=false) and fetches no file bytes.
 options:
@@ -212,7 +215,7 @@ duration:
   returned: success
   type: float
 throughput_mib_s:
-  description: O(bytes_fetched) over O(duration), MiB/s.
+  description: RV(bytes_fetched) over RV(duration), MiB/s.
   returned: success
   type: float
 stray:

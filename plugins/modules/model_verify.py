@@ -30,14 +30,17 @@ description:
   - The result lists every check with its status, and the failure message lists every problem with its fix, not
     only the first one. The module never reports a change.
 author:
-  - gpufleet.llm maintainers
+  - gpufleet.llm maintainers (@gpufleet)
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Runs every check; the stat cache is not written in check mode.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: Never changes the model; only O(mode=full) and O(mode=auto) record hash results in the stat cache.
 options:
@@ -58,8 +61,8 @@ options:
     default: auto
   expect:
     description:
-      - Expectations over C(config.json), JMESPath expression -> expected value, for example
-        C(model_type: kimi_k25) or C(text_config.num_hidden_layers: 61).
+      - "Expectations over C(config.json), JMESPath expression -> expected value, for example
+        C(model_type: kimi_k25) or C(text_config.num_hidden_layers: 61)."
       - Values compare by JSON meaning (V(61) equals V(61.0) but not V("61"); V(true) is not V(1)).
       - An expression that does not parse is a parameter error.
     type: dict
@@ -155,6 +158,14 @@ ok:
   description: True when no check found a problem.
   returned: always
   type: bool
+verified_path:
+  description: The O(path) that was verified.
+  returned: always
+  type: str
+mode:
+  description: The O(mode) that ran.
+  returned: always
+  type: str
 checks:
   description: Every check that ran, in order, with its status (V(ok), V(failed), V(warn), V(skipped)) and detail.
   returned: always

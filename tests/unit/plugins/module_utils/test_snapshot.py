@@ -231,13 +231,13 @@ def test_same_size_corruption_refetched_and_hardlink_safe(lab_hub, aria2c, tmp_p
     lab_hub.reset()
     res = run(lab_hub, b, allow_patterns=["*00002*"])
     assert [f["action"] for f in res["files"]] == ["fetched"]
-    _, files = lab_hub.files_at(TARGET, "main")
+    dummy, files = lab_hub.files_at(TARGET, "main")
     assert sha256(b / name) == files[name]["lfs"]["sha256"] == sha256(a / name)
 
 
 def test_preallocated_staging_file_without_control_is_not_trusted(lab_hub, aria2c, tmp_path):
     dest = tmp_path / "d"
-    _, files = lab_hub.files_at(TARGET, "main")
+    dummy, files = lab_hub.files_at(TARGET, "main")
     entry = files[SHARD3]
     staging = dest / ".gpufleet" / "staging"
     staging.mkdir(parents=True)
@@ -263,9 +263,11 @@ def test_faults_and_url_expiry(lab_hub, aria2c, tmp_path):
     assert res["changed"]
     # signed URLs that expire mid-fetch: re-resolved, resumed
     lab_hub.reset()
-    lab_hub.config(cdn_url_ttl=1, rate_per_conn=2 * 1024 * 1024)
-    res = run(lab_hub, tmp_path / "e", allow_patterns=["*.safetensors"], max_tries=10, connections=1, splits=1)
-    _, files = lab_hub.files_at(TARGET, "main")
+    # a reset after 1 MB at 1 MiB/s: aria2 reconnects after its retry wait, when the 1 s URL is stale
+    lab_hub.config(cdn_url_ttl=1, rate_per_conn=1024 * 1024)
+    lab_hub.faults({"server": "cdn", "method": "GET", "action": "reset", "after_bytes": 1000000, "times": 2})
+    res = run(lab_hub, tmp_path / "e", allow_patterns=["*00001*", "*00002*"], max_tries=10, connections=1, splits=1)
+    dummy, files = lab_hub.files_at(TARGET, "main")
     for f in res["files"]:
         assert sha256(tmp_path / "e" / f["path"]) == files[f["path"]]["lfs"]["sha256"]
     assert any(e["status"] == 403 for e in lab_hub.log(server="cdn")), "no URL expired: test proves nothing"
@@ -296,7 +298,7 @@ def test_sigkill_of_aria2_mid_file_resumes(lab_hub, aria2c, tmp_path):
 
     def target():
         try:
-            box["res"] = run(lab_hub, dest, allow_patterns=["*.safetensors"], max_tries=1)
+            box["res"] = run(lab_hub, dest, allow_patterns=["*.safetensors"], max_tries=1, connections=1, splits=1)
         except _snapshot.SnapshotError as exc:
             box["err"] = exc
 
@@ -317,7 +319,7 @@ def test_sigkill_of_aria2_mid_file_resumes(lab_hub, aria2c, tmp_path):
     assert "err" in box, "one try only: the killed run must fail"
     lab_hub.config(rate_per_conn=0)
     res = run(lab_hub, dest, allow_patterns=["*.safetensors"])
-    _, files = lab_hub.files_at(TARGET, "main")
+    dummy, files = lab_hub.files_at(TARGET, "main")
     total = 0
     for f in res["files"]:
         assert sha256(dest / f["path"]) == files[f["path"]]["lfs"]["sha256"]
@@ -345,7 +347,7 @@ def test_concurrent_runs_one_dest(lab_hub, aria2c, tmp_path):
         t.join(120)
     assert len(results) == 2 and all(isinstance(r, dict) for r in results), results
     assert sorted(r["changed"] for r in results) == [False, True]
-    _, files = lab_hub.files_at(TARGET, "main")
+    dummy, files = lab_hub.files_at(TARGET, "main")
     for path in (p for p in files if p.endswith(".safetensors")):
         assert sha256(dest / path) == files[path]["lfs"]["sha256"]
 

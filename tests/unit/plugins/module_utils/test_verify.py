@@ -254,8 +254,8 @@ def test_clean_trees_no_false_positive(trees, mode):
     assert res["ok"], res["problems"]
     assert res["problems"] == [] and res["notices"] == []
     assert [c["status"] for c in res["checks"]] == ["ok"] * len(res["checks"])
-    assert {c["name"] for c in res["checks"]} >= {"config", "expect", "require_files", "index", "stray", "headers",
-                                                   "tensors", "total_size", "hashes"}
+    names = {"config", "expect", "require_files", "index", "stray", "headers", "tensors", "total_size", "hashes"}
+    assert {c["name"] for c in res["checks"]} >= names
     assert res["shards"] == 4 and res["tensors"] == 1 + 8 * 4 + 2  # embed, 8 layers of 4, norm, head
     assert res["total_size"] > 0 and res["expected_from"] == "manifest" and res["commit"] == "c" * 40
     assert res["config"]["model_type"] == "kimi_k25" and res["config"]["layers"] == 61

@@ -61,6 +61,7 @@ def test_clean_target_and_drafter(capsys, trees):
                                                                     "text_config.num_hidden_layers": 61}})
         assert res["_rc"] == 0 and not res.get("failed") and res["ok"] and res["changed"] is False, res
         assert res["shards"] == 4 and res["config"]["layers"] == 61 and res["duration"] >= 0
+        assert res["verified_path"] == target and "uid" not in res  # no file facts mixed into the result
         res = run(capsys, {"path": drafter, "mode": mode, "target": target})
         assert res["ok"] and not res.get("failed") and res["changed"] is False
 
@@ -99,7 +100,8 @@ def test_stray_notices_become_warnings(capsys, trees):
         handle.write("x")
     res = run(capsys, {"path": target, "mode": "quick", "allow_stray": True})
     assert res["ok"] and not res.get("failed")
-    assert any("x.incomplete" in w for w in res["warnings"]) and any("x.incomplete" in n for n in res["notices"])
+    # ansible-core 2.19 returns warnings as structured events; older cores as strings.
+    assert "x.incomplete" in json.dumps(res["warnings"]) and any("x.incomplete" in n for n in res["notices"])
 
 
 @pytest.mark.parametrize("args,needle", [

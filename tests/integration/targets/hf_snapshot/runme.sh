@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# hf_snapshot and the model role's fetch stage on the lab hosts against the lab Hub (make lab-up):
+# module scenarios (check mode, real, idempotent with zero body bytes, update with hard links, gated,
+# strays, traversal guard, disk preflight), then the role twice (v1.0 -> main) and a throttled fetch
+# whose captured play output must show progress lines.
+set -euo pipefail
+LAB_ENV=$(dirname "$0")/../../lab.env
+# shellcheck source=/dev/null
+[ -f "$LAB_ENV" ] && . "$LAB_ENV"
+INVENTORY=${GPUFLEET_LAB_INVENTORY:-$HOME/.cache/gpufleet-lab/run/inventory.ini}
+WHEELHOUSE=${GPUFLEET_LAB_WHEELHOUSE:-$HOME/.cache/gpufleet-lab/wheelhouse/tools}
+STORE=$(dirname "$INVENTORY")/../fixtures
+if [ ! -f "$INVENTORY" ]; then
+    echo "lab inventory $INVENTORY not found: run 'make lab-up' first" >&2
+    exit 1
+fi
+export ANSIBLE_HOST_KEY_CHECKING=False
+ROOT=/srv/itest-hf_snapshot
+common=(-i "$INVENTORY" -e "itest_root=$ROOT" -e "fixture_store=$STORE")
+
+cleanup() { ansible-playbook "${common[@]}" cleanup.yml >/dev/null || true; }
+trap cleanup EXIT
+
+# The modules run with the tools venv's Python: make sure it is there (idempotent, from the wheelhouse).
+ansible-playbook "${common[@]}" tools.yml -e "model_tools_wheelhouse=$WHEELHOUSE"
+ansible-playbook "${common[@]}" cleanup.yml
+ansible-playbook "${common[@]}" module.yml
+
+# role: v1.0, then main (only the changed files travel, current switches), then main again (no change)
+role() {
+    local expect=$1; shift
+    local out
+    out=$(ansible-playbook "${common[@]}" role.yml "$@") || { echo "$out"; exit 1; }
+    echo "$out" | sed -n '/PLAY RECAP/,$p'
+    printf '%s' "$out" | python3 -c '
+import re, sys
+expect = sys.argv[1]
+recap = re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", sys.stdin.read(), re.M)
+assert recap, "no play recap"
+for host, changed, unreachable, failed in recap:
+    if host == "localhost":
+        continue
+    ok = int(changed) == 0 if expect == "0" else int(changed) > 0
+    print("role: %s changed=%s (expected %s)" % (host, changed, expect))
+    assert ok and unreachable == "0" and failed == "0", (host, changed, unreachable, failed)
+' "$expect"
+}
+role some --check -e revision=v1.0 -e phase=check
+role some -e revision=v1.0 -e phase=v1
+role some -e revision=main -e phase=main
+role 0 -e revision=main -e phase=again
+role 0 --check -e revision=main -e phase=again
+
+# throttled fetch through the role: the play output must show bytes, rate and ETA while it runs
+out=$(ansible-playbook "${common[@]}" role.yml -e revision=main -e phase=throttled -e models_dir=throttled \
+      -e model_progress_interval=5 2>&1) || { echo "$out"; exit 1; }
+printf '%s' "$out" | python3 -c '
+import re, sys
+text = sys.stdin.read()
+lines = re.findall(r"\"msg\": \"(gpufleet-lab/Kimi-K2.6-mini: [^\"]*)\"", text)
+print("\n".join(lines[:6]))
+assert len(lines) >= 2, "expected progress lines in the play output, got %d" % len(lines)
+assert all(re.search(r"MiB / .*MiB \(\d+%\), .*/s, ETA", l) for l in lines), lines
+'
