@@ -190,12 +190,24 @@ run_test() {
 }
 
 do_bench_hub() { "$PY" "$ROOT/tests/lab/bench.py" hub-throughput --runs 3; }
+do_bench_verify() { "$PY" "$ROOT/tests/lab/bench_verify.py" --runs 5; }
+
+# hf_snapshot vs snapshot_download on gpu1 (needs the tools venv there: the model role installs it).
+do_bench_snapshot() {
+    link_collection
+    (cd "$ROOT/tests/integration/targets/hf_snapshot" && PATH="$VENV/bin:$PATH" ANSIBLE_COLLECTIONS_PATH="$CACHE/collections" \
+        ANSIBLE_HOST_KEY_CHECKING=False ansible-playbook -i "$INVENTORY" tools.yml \
+        -e "model_tools_wheelhouse=$CACHE/wheelhouse/tools" >/dev/null)
+    PATH="$VENV/bin:$PATH" "$PY" "$ROOT/tests/lab/bench_snapshot.py" --rounds 3 --collections "$CACHE/collections"
+}
 
 run_bench() {
     trap 'stage lab-down do_lab_down || true; summary' EXIT
     setup
     stage lab-up do_lab_up
     stage bench-hub do_bench_hub
+    stage bench-verify do_bench_verify
+    stage bench-snapshot do_bench_snapshot
 }
 
 run_demo() {

@@ -13,7 +13,7 @@ Writes, under ``$GPUFLEET_LAB_CACHE/fixtures/`` (default ``~/.cache/gpufleet-lab
 Everything is a pure function of GENERATOR_VERSION, SEED and the stand-in files in
 ``fixture_files/``: same bytes and same commit shas on every run and every machine.
 
-Usage:  python tests/lab/fixtures.py [--cache DIR] [--throughput] [--force]
+Usage:  python tests/lab/fixtures.py [--cache DIR] [--throughput] [--snapshot-bench] [--force]
         from fixtures import ensure_fixtures; root = ensure_fixtures(throughput=False)
 """
 
@@ -45,6 +45,9 @@ TARGET = f"{ORG}/Kimi-K2.6-mini"
 DRAFTER = f"{ORG}/Kimi-K2.6-mini-DFlash"
 GATED = f"{ORG}/Kimi-K2.6-mini-gated"
 THROUGHPUT = f"{ORG}/throughput-1g"
+# hf_snapshot benchmark (optional, --snapshot-bench): 4 shards of 256 MiB, like a sharded checkpoint
+SNAPSHOT_BENCH = f"{ORG}/throughput-4x256m"
+SNAPSHOT_BENCH_SHARDS = 4
 
 # Obviously fake, fixed lab tokens (same shape as Hub tokens: "hf_" + 34 characters).
 TOKEN_READER = "hf_labREADERfakeTOKENnotAsecret000001"
@@ -468,6 +471,18 @@ def throughput_files() -> Dict[str, bytes]:
     }
 
 
+def snapshot_bench_files() -> Dict[str, bytes]:
+    # Seeded random bytes (incompressible), one U8 tensor per shard, ~256 MiB each.
+    files = {".gitattributes": GITATTRIBUTES.encode(),
+             "README.md": b"# throughput-4x256m\n\ngpufleet.llm lab fixture: 4 shards of seeded random bytes.\n"}
+    n = (THROUGHPUT_BYTES // SNAPSHOT_BENCH_SHARDS) - 4096
+    for i in range(1, SNAPSHOT_BENCH_SHARDS + 1):
+        words = _rng(4, i, 1).integers(0, 2**64 - 1, size=(n + 7) // 8, dtype=np.uint64, endpoint=True)
+        files[shard_name(i, SNAPSHOT_BENCH_SHARDS)] = st_save({"data": words.view(np.uint8)[:n]},
+                                                              metadata={"format": "pt"})
+    return files
+
+
 # ----------------------------------------------------------------------------- git + store
 
 
@@ -637,12 +652,18 @@ def _standin_digest() -> str:
     return h.hexdigest()
 
 
-def _stamp(throughput: bool) -> dict:
-    return {"generator_version": GENERATOR_VERSION, "seed": SEED, "standins": _standin_digest(),
-            "throughput": throughput}
+def _stamp(throughput: bool, snapshot_bench: bool = False) -> dict:
+    stamp = {"generator_version": GENERATOR_VERSION, "seed": SEED, "standins": _standin_digest(),
+             "throughput": throughput}
+    if snapshot_bench:
+        stamp["snapshot_bench"] = True
+    return stamp
 
 
-def generate(root: pathlib.Path, throughput: bool = False) -> dict:
+_OPTIONAL = ("throughput", "snapshot_bench")
+
+
+def generate(root: pathlib.Path, throughput: bool = False, snapshot_bench: bool = False) -> dict:
     """Write the complete fixture tree into the (new, empty) directory ``root``."""
     (root / "blobs").mkdir(parents=True)
     t1, t2 = COMMIT_TIMES
@@ -670,6 +691,11 @@ def generate(root: pathlib.Path, throughput: bool = False) -> dict:
             {"files": throughput_files(), "title": "Upload throughput-1g (lab fixture)",
              "time": t1, "tag": "v1.0"},
         ]))
+    if snapshot_bench:
+        repos.append(_build_repo(root, SNAPSHOT_BENCH, False, [
+            {"files": snapshot_bench_files(), "title": "Upload throughput-4x256m (lab fixture)",
+             "time": t1, "tag": "v1.0"},
+        ]))
     (root / "tokens.json").write_text(json.dumps(TOKENS, indent=2) + "\n")
     summary = {
         "generator_version": GENERATOR_VERSION,
@@ -683,7 +709,7 @@ def generate(root: pathlib.Path, throughput: bool = False) -> dict:
 
 
 def ensure_fixtures(cache_dir: Optional[os.PathLike] = None, throughput: bool = False,
-                    force: bool = False) -> pathlib.Path:
+                    force: bool = False, snapshot_bench: bool = False) -> pathlib.Path:
     """Return ``<cache>/fixtures``, generating it first unless an up-to-date stamp is present.
 
     Generation goes to a temporary sibling directory that replaces the old tree by rename,
@@ -692,7 +718,7 @@ def ensure_fixtures(cache_dir: Optional[os.PathLike] = None, throughput: bool = 
     cache = pathlib.Path(cache_dir) if cache_dir else default_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     final = cache / "fixtures"
-    want = _stamp(throughput)
+    want = _stamp(throughput, snapshot_bench)
     with open(cache / ".fixtures.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         stamp_path = final / ".stamp.json"
@@ -701,16 +727,22 @@ def ensure_fixtures(cache_dir: Optional[os.PathLike] = None, throughput: bool = 
                 have = json.loads(stamp_path.read_text())
             except ValueError:
                 have = {}
-            same = {k: v for k, v in have.items() if k != "throughput"} == \
-                   {k: v for k, v in want.items() if k != "throughput"}
-            if same and (have.get("throughput") or not throughput):
+            same = {k: v for k, v in have.items() if k not in _OPTIONAL} == \
+                   {k: v for k, v in want.items() if k not in _OPTIONAL}
+            if same and (have.get("throughput") or not throughput) and \
+                    (have.get("snapshot_bench") or not snapshot_bench):
                 return final
+            if same:
+                # regenerating for one optional repo keeps the other one
+                throughput = throughput or bool(have.get("throughput"))
+                snapshot_bench = snapshot_bench or bool(have.get("snapshot_bench"))
+                want = _stamp(throughput, snapshot_bench)
         tmp = cache / f".fixtures.tmp-{os.getpid()}"
         old = cache / f".fixtures.old-{os.getpid()}"
         for leftover in (tmp, old):
             shutil.rmtree(leftover, ignore_errors=True)
         try:
-            summary = generate(tmp, throughput=throughput)
+            summary = generate(tmp, throughput=throughput, snapshot_bench=snapshot_bench)
             # Paths in the summary must name the final location, not the temp dir.
             text = json.dumps(summary, indent=2).replace(str(tmp), str(final))
             (tmp / "fixtures.json").write_text(text + "\n")
@@ -733,11 +765,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--cache", help="cache dir (default $GPUFLEET_LAB_CACHE or ~/.cache/gpufleet-lab)")
     parser.add_argument("--throughput", action="store_true", help="also build the 1 GiB throughput repo")
+    parser.add_argument("--snapshot-bench", action="store_true",
+                        help="also build the 4 x 256 MiB repo of the hf_snapshot benchmark")
     parser.add_argument("--force", action="store_true", help="regenerate even if the stamp matches")
     args = parser.parse_args(argv)
     start = time.monotonic()
     try:
-        root = ensure_fixtures(args.cache, throughput=args.throughput, force=args.force)
+        root = ensure_fixtures(args.cache, throughput=args.throughput, force=args.force,
+                               snapshot_bench=args.snapshot_bench)
     except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
         print(f"fixtures: error: {exc}", file=sys.stderr)
         return 1

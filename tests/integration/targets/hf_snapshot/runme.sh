@@ -53,7 +53,7 @@ role 0 --check -e revision=main -e phase=again
 
 # throttled fetch through the role: the play output must show bytes, rate and ETA while it runs
 out=$(ansible-playbook "${common[@]}" role.yml -e revision=main -e phase=throttled -e models_dir=throttled \
-      -e model_progress_interval=5 2>&1) || { echo "$out"; exit 1; }
+      -e model_progress_interval=3 2>&1) || { echo "$out"; exit 1; }
 printf '%s' "$out" | python3 -c '
 import re, sys
 text = sys.stdin.read()
