@@ -49,8 +49,7 @@ def snapshot_download_once(info: dict, endpoint: str) -> float:
 
 def hf_snapshot_once(info: dict, endpoint: str, collections: str) -> dict:
     inventory = bench.hosts.run_dir() / "inventory.ini"
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections, ANSIBLE_HOST_KEY_CHECKING="False",
-               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections, ANSIBLE_HOST_KEY_CHECKING="False")
     clean = bench.on_host(info, HOST, f"rm -rf {WORK}/hfs && mkdir -p {WORK}")
     if clean.returncode != 0:
         raise SystemExit(clean.stderr)
@@ -59,14 +58,15 @@ def hf_snapshot_once(info: dict, endpoint: str, collections: str) -> dict:
     t0 = time.monotonic()
     res = subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), HOST, "-i", str(inventory), "-m", "gpufleet.llm.hf_snapshot",
-         "-a", args, "-e", f"ansible_python_interpreter={TOOLS_PY}"],
+         "-a", args, "-e", f"ansible_python_interpreter={TOOLS_PY}", "--one-line"],
         capture_output=True, text=True, env=env, timeout=1800, check=False,
     )
     wall = time.monotonic() - t0
     try:
-        out = json.loads(res.stdout)
-        result = out["plays"][0]["tasks"][0]["hosts"][HOST]
-    except (ValueError, KeyError, IndexError):
+        # --one-line: "gpu1 | CHANGED => {...}"
+        line = next(l for l in res.stdout.splitlines() if l.startswith(HOST + " |"))
+        result = json.loads(line.split("=>", 1)[1])
+    except (ValueError, StopIteration, IndexError):
         raise SystemExit(f"hf_snapshot via ansible failed (exit {res.returncode}): {res.stdout[-2000:]} {res.stderr[-2000:]}")
     if result.get("failed"):
         raise SystemExit(f"hf_snapshot failed: {result.get('msg')}")
