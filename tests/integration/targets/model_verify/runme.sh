@@ -29,22 +29,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# safetensors.safe_open needs numpy on the hosts; until roles/model pins it, fetch the one wheel
-# (Debian 12 hosts: CPython 3.11, glibc 2.36) once into the cache.
-WHEELS=$CACHE/itest-model_verify/wheels
-shopt -s nullglob
-found=("$WHEELS"/numpy-2.4.6-cp311-*.whl)
-NUMPY=${found[0]:-}
-if [ -z "$NUMPY" ]; then
-    python -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
-        --implementation cp --python-version 3.11 --abi cp311 --platform manylinux_2_28_x86_64 \
-        --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 -d "$WHEELS" numpy==2.4.6
-    found=("$WHEELS"/numpy-2.4.6-cp311-*.whl)
-    NUMPY=${found[0]}
-fi
-
 python "$(dirname "$0")/stage_models.py" "$CACHE/fixtures" "$STAGE"
-ansible-playbook "${COMMON[@]}" setup.yml -e "stage=$STAGE" -e "numpy_wheel=$NUMPY" \
+ansible-playbook "${COMMON[@]}" setup.yml -e "stage=$STAGE" \
     -e "model_tools_wheelhouse=$WHEELHOUSE"
 
 # play EXPECT PLAYBOOK ARGS...: run it, then check each host's recap: changed "0" or "some", no failure.
