@@ -211,12 +211,54 @@ def _read(path):
         return ""
 
 
-def run(files, workdir, aria2c="aria2c", tick=None, tick_interval=2.0, deadline=None, proxy=None, **tuning):
+_COMPLETE = re.compile(r"\[NOTICE\] \[[^\]]*\] Download complete: (.+)$")
+
+
+class _LogTail(object):
+    """Reads what aria2 appended to its log since the last call (whole lines only)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.offset = 0
+        self.rest = b""
+
+    def lines(self):
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        data = self.rest + data
+        cut = data.rfind(b"\n") + 1
+        self.rest = data[cut:]
+        return data[:cut].decode("utf-8", "replace").splitlines()
+
+
+def completed_paths(lines):
+    """Paths of the downloads aria2 reports finished in these log lines.
+
+    aria2 logs "Download complete: PATH" after it closed the file (its disk cache flushed) and
+    before it removes the control file; it does not write to that file again.
+    """
+    found = []
+    for line in lines:
+        match = _COMPLETE.search(line)
+        if match:
+            found.append(match.group(1).strip())
+    return found
+
+
+def run(files, workdir, aria2c="aria2c", tick=None, tick_interval=2.0, deadline=None, proxy=None,
+        on_complete=None, poll_interval=0.1, **tuning):
     """Fetch ``files`` (Aria2File) with one aria2c; returns RunResult with an outcome per file key.
 
     ``workdir`` (ours, mode 0700) holds the input file, aria2's stdout and log, all removed before
     returning. ``tick()`` is called every ``tick_interval`` s while aria2 runs (progress);
-    ``deadline`` (monotonic time) stops aria2 with SIGTERM, then SIGKILL, when reached.
+    ``on_complete(key)`` as soon as aria2's log says a file finished (every ``poll_interval`` s), so
+    the caller can hash it while the others still download; ``deadline`` (monotonic time) stops
+    aria2 with SIGTERM, then SIGKILL, when reached.
     """
     os.makedirs(workdir, mode=0o700, exist_ok=True)
     input_file = os.path.join(workdir, "aria2-input.txt")
@@ -241,14 +283,33 @@ def run(files, workdir, aria2c="aria2c", tick=None, tick_interval=2.0, deadline=
         finally:
             os.umask(old_umask)
             os.close(fd)
+        by_path = {os.path.join(item.dir, item.out): item.key for item in files}
+        tail = _LogTail(log_file)
+
+        def report_completed():
+            if on_complete is None:
+                return
+            for path in completed_paths(tail.lines()):
+                if path in by_path:
+                    on_complete(by_path[path])
+
+        next_tick = time.monotonic() + tick_interval
         while True:
+            wait = next_tick - time.monotonic()
+            if on_complete is not None:
+                wait = min(poll_interval, wait)
+            wait = max(0.01, wait)
             try:
-                proc.wait(timeout=tick_interval)
+                proc.wait(timeout=wait)
+                report_completed()
                 break
             except subprocess.TimeoutExpired:
                 pass
-            if tick is not None:
-                tick()
+            report_completed()
+            if time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + tick_interval
+                if tick is not None:
+                    tick()
             if deadline is not None and time.monotonic() > deadline:
                 killed = True
                 proc.send_signal(signal.SIGTERM)

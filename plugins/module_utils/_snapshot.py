@@ -70,6 +70,12 @@ DEFAULTS = {
     "lock_timeout": 600,
     "hash_workers": None,
     "progress_interval": 5.0,
+    # Who checks an LFS file's sha256. False (default): this module, as soon as aria2's log says the
+    # file is complete, in a thread pool while the other files still download. True: aria2's
+    # checksum=, which hashes in aria2's single thread, one file after another, after the transfer
+    # (measured: ~1.4 s for 1 GiB at the end of the bench's fetch, vs ~0.4 s with two threads).
+    # Either way every byte is hashed exactly once before its rename.
+    "aria2_checksum": False,
 }
 
 
@@ -472,6 +478,20 @@ def _link(item, staging, dest):
     return True
 
 
+def _hash_staged(path, remote):
+    """(ok, sha256, stat record) of a staging file; the record is None if it changed while hashed."""
+    try:
+        before = _manifest.stat_record(path)
+    except OSError:
+        return False, None, None
+    ok, digest = verify_local(path, remote)
+    try:
+        after = _manifest.stat_record(path)
+    except OSError:
+        after = None
+    return ok, digest, (before if before == after else None)
+
+
 def _settle_staged(item, staged, ctrl):
     """Decide about a staging file left by an earlier run before aria2 sees it.
 
@@ -599,18 +619,40 @@ def fetch(items, dest, opts, token, use_token, progress, log):
             errors.pop(item.remote.path, None)
         # 3. everything else: one aria2c, no token, signed URLs only
         if batch:
+            aria2_checks = bool(opts["aria2_checksum"])
             jobs = [
                 _aria2.Aria2File(item.key, url.url, staging, item.key,
-                                 item.remote.sha256 if item.remote.lfs else None, item.remote.size)
+                                 item.remote.sha256 if aria2_checks and item.remote.lfs else None, item.remote.size)
                 for item, url in batch
             ]
-            result = _aria2.run(
-                jobs, os.path.join(staging, "run"), aria2c=opts["aria2c_path"], tick=progress.write,
-                tick_interval=min(2.0, opts["progress_interval"]), deadline=deadline, proxy=opts["proxy"],
-                connections=opts["connections"], splits=opts["splits"], parallel_files=opts["parallel_files"],
-                min_split_size=opts["min_split_size"], timeout=opts["timeout"], retry_wait=opts["retry_wait"],
-                validate_certs=opts["validate_certs"], ca_path=opts["ca_path"],
-            )
+            # Our single hash pass over each file: started as soon as aria2 reports the file
+            # complete (it has closed it and never writes it again), in parallel threads, while the
+            # other files still download; only the last files' hashes are left for the end.
+            in_batch = {item.key: item for item, url in batch}
+            hashes = {}
+            pool = ThreadPoolExecutor(max_workers=opts["hash_workers"] or _hashing.default_workers())
+
+            def hash_later(key):
+                item = in_batch.get(key)
+                if item is None or key in hashes or (aria2_checks and item.remote.lfs and item.remote.sha256):
+                    return
+                hashes[key] = pool.submit(_hash_staged, os.path.join(staging, key), item.remote)
+
+            try:
+                result = _aria2.run(
+                    jobs, os.path.join(staging, "run"), aria2c=opts["aria2c_path"], tick=progress.write,
+                    tick_interval=min(2.0, opts["progress_interval"]), deadline=deadline, proxy=opts["proxy"],
+                    on_complete=hash_later,
+                    connections=opts["connections"], splits=opts["splits"], parallel_files=opts["parallel_files"],
+                    min_split_size=opts["min_split_size"], timeout=opts["timeout"], retry_wait=opts["retry_wait"],
+                    validate_certs=opts["validate_certs"], ca_path=opts["ca_path"],
+                )
+                for item, url in batch:
+                    if result.outcomes[item.key].status == "OK":
+                        hash_later(item.key)
+                hashed = {key: future.result() for key, future in hashes.items()}
+            finally:
+                pool.shutdown(wait=True)
             if result.retry_after:
                 wait_hint = max(wait_hint, float(result.retry_after))
             for item, url in batch:
@@ -619,11 +661,14 @@ def fetch(items, dest, opts, token, use_token, progress, log):
                 ctrl = staged + ".aria2"
                 whole = outcome.status == "OK" and os.path.isfile(staged) and not os.path.exists(ctrl)
                 if whole and os.path.getsize(staged) == item.remote.size:
-                    if item.remote.lfs and item.remote.sha256:
+                    if aria2_checks and item.remote.lfs and item.remote.sha256:
                         # aria2 hashed it against checksum=sha-256 before reporting OK
                         ok, digest = True, item.remote.sha256
                     else:
-                        ok, digest = verify_local(staged, item.remote)
+                        ok, digest, record = hashed.get(item.key) or (False, None, None)
+                        if not _manifest.same_stat(record, staged):
+                            # touched since (or while) it was hashed: only its bytes now decide
+                            ok, digest = verify_local(staged, item.remote)
                     if ok:
                         item.sha256 = digest
                         _place(item, staged, dest)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # hf_snapshot and the model role's fetch stage on the lab hosts against the lab Hub (make lab-up):
 # module scenarios (check mode, real, idempotent with zero body bytes, update with hard links, gated,
-# strays, traversal guard, disk preflight), then the role twice (v1.0 -> main) and a throttled fetch
-# whose captured play output must show progress lines.
+# strays, traversal guard, disk preflight), then the role (target + drafter, verified with
+# model_verify) on v1.0, a main that fails verification (current stays at v1.0), the entry-order
+# check, main, main again and in check mode (changed=0), and a throttled fetch whose captured play
+# output must show progress lines.
 set -euo pipefail
 LAB_ENV=$(dirname "$0")/../../lab.env
 # shellcheck source=/dev/null
@@ -18,7 +20,13 @@ export ANSIBLE_HOST_KEY_CHECKING=False
 ROOT=/srv/itest-hf_snapshot
 common=(-i "$INVENTORY" -e "itest_root=$ROOT" -e "fixture_store=$STORE")
 
-cleanup() { ansible-playbook "${common[@]}" cleanup.yml >/dev/null || true; }
+HUB_PIDFILE=$(mktemp)
+cleanup() {
+    ansible-playbook "${common[@]}" cleanup.yml >/dev/null || true
+    # the private fault Hub (faults.yml), if it was started
+    if [ -s "$HUB_PIDFILE" ]; then kill "$(cat "$HUB_PIDFILE")" 2>/dev/null || true; fi
+    rm -f "$HUB_PIDFILE"
+}
 trap cleanup EXIT
 
 # The modules run with the tools venv's Python: make sure it is there (idempotent, from the wheelhouse).
@@ -47,6 +55,11 @@ for host, changed, unreachable, failed in recap:
 }
 role some --check -e revision=v1.0 -e phase=check
 role some -e revision=v1.0 -e phase=v1
+# current switches only after verify: main fetched but failing verification leaves current at v1.0
+ansible-playbook "${common[@]}" gate.yml -e gate_case=expect
+ansible-playbook "${common[@]}" gate.yml -e gate_case=stray
+# a drafter listed before its target fails before anything is fetched
+ansible-playbook "${common[@]}" order.yml
 role some -e revision=main -e phase=main
 role 0 -e revision=main -e phase=again
 role 0 --check -e revision=main -e phase=again
@@ -62,3 +75,8 @@ print("\n".join(lines[:6]))
 assert len(lines) >= 2, "expected progress lines in the play output, got %d" % len(lines)
 assert all(re.search(r"MiB / .*MiB \(\d+%\), .*/s, ETA", l) for l in lines), lines
 '
+
+# faults: every 10th resolve and CDN request fails (5xx, 429 + Retry-After, resets, truncated bodies)
+# and signed URLs expire mid-fetch, on a private lab Hub (faults.yml says why) -> complete and exact
+FAULT_HUB=$(python3 "$(dirname "$0")/private_hub.py" "$(dirname "$INVENTORY")/lab.json" "$STORE" "$HUB_PIDFILE")
+ansible-playbook "${common[@]}" faults.yml -e "fault_hub=$FAULT_HUB"

@@ -1,0 +1,301 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""sglang_preflight's checker: validate a ``--config`` YAML with the host's own SGLang.
+
+Private to the collection: not a public API, may change without notice.
+
+This file has two lives:
+
+* imported by the module (under Ansible's interpreter, which need not have SGLang): ``command()``,
+  ``script_source()`` and ``read_result()`` run the checker and read its answer;
+* run as a script by the interpreter that has SGLang (the module feeds this very file to
+  ``<python> - <config>`` on stdin, tests run it by path): ``check()`` builds SGLang's own server
+  argument parser, merges the YAML with SGLang's own ``ConfigArgumentMerger`` exactly as
+  ``sglang.srt.server_args.prepare_server_args`` does, parses, and checks the speculative algorithm
+  against ``SpeculativeAlgorithm``. It stops there: ``prepare_server_args`` would go on to
+  ``ServerArgs.from_cli_args`` / ``__post_init__``, which probe GPUs. Nothing is started.
+
+So the script half may import only the standard library at module level (SGLang and PyYAML are
+imported inside ``check``), and must keep working on any Python SGLang supports.
+
+Option names change between SGLang releases (SEED-FACTS.md): nothing here lists options; every
+answer comes from the installed parser.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+# The checker's answer is the last stdout line starting with this; anything SGLang prints on
+# import (warnings, banners) stays out of the way.
+MARKER = "GPUFLEET-SGLANG-CHECK-RESULT "
+MASK = "********"
+# Destinations whose values are secrets: SGLang 0.5.23 has api_key, admin_api_key and
+# ssl_keyfile_password. Anchored so that max_total_tokens and friends stay visible.
+SECRET_DEST = re.compile(r"(api_key|password|passwd|secret|credential|(^|_)token$)")
+REQUIRED_PREFIX = "the following arguments are required"
+MAX_SUGGESTIONS = 1
+
+
+class CheckerError(Exception):
+    """The checker did not run or its answer cannot be read; the message says why."""
+
+
+# --- the module's half ---------------------------------------------------------------------------
+
+def script_source():
+    """This file's bytes, to feed to ``<python> -`` (works from a file and from AnsiballZ's zip)."""
+    loader = globals().get("__loader__")
+    if loader is not None and hasattr(loader, "get_data"):
+        try:
+            return loader.get_data(__file__)
+        except (OSError, IOError):
+            pass
+    with open(__file__, "rb") as handle:
+        return handle.read()
+
+
+def command(python, config, expect_version=None):
+    """argv of the checker run: the script comes on stdin, so argv holds no code and no secret."""
+    argv = [python, "-", config]
+    if expect_version:
+        argv += ["--expect-version", expect_version]
+    return argv
+
+
+def read_result(rc, stdout, stderr, python):
+    """The checker's answer (a dict) from its exit code and output; CheckerError when there is none."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(MARKER):
+            try:
+                return json.loads(line[len(MARKER):])
+            except ValueError as exc:
+                raise CheckerError("the SGLang checker run by %s printed an unreadable result (%s)" % (python, exc))
+    tail = "\n".join((stderr or stdout or "").strip().splitlines()[-15:])
+    raise CheckerError("the SGLang checker run by %s ended (exit %s) without a result: %s"
+                       % (python, rc, tail or "no output"))
+
+
+def failure_message(result):
+    head = "SGLang %s rejects %s" % (result.get("version") or "?", result.get("config"))
+    return "%s: %d problem(s): %s" % (head, len(result["problems"]), "; ".join(result["problems"]))
+
+
+def import_failure_message(result, python):
+    return ("SGLang is not importable with python %s (%s); set python to the interpreter SGLang is installed in, "
+            "for example /opt/sglang/<version>/bin/python" % (python, result.get("import_error")))
+
+
+# --- the script's half: runs under the interpreter that has SGLang -------------------------------
+
+class _ParseError(Exception):
+    pass
+
+
+def _parser(argparse, server_args_cls, required=True):
+    class _Parser(argparse.ArgumentParser):
+        # argparse reports every parse error through error() and then exits; the checker needs
+        # the message, not a SystemExit.
+        def error(self, message):
+            raise _ParseError(message)
+
+        def exit(self, status=0, message=None):
+            raise _ParseError((message or "").strip() or "argparse exited (%s)" % status)
+
+    # The same construction as prepare_server_args (prog only shows in messages).
+    parser = _Parser(prog="sglang serve")
+    server_args_cls.add_cli_args(parser)
+    if not required:
+        # For one key at a time: a missing --model-path must not hide that key's own error.
+        for action in parser._actions:
+            action.required = False
+    return parser
+
+
+def _is_secret(key):
+    return bool(SECRET_DEST.search(str(key).replace("-", "_").lower()))
+
+
+def _masker(data):
+    secrets = sorted((str(v) for k, v in data.items() if _is_secret(k) and v not in (None, "", True, False)),
+                     key=len, reverse=True)
+
+    def mask(text):
+        text = str(text)
+        for secret in secrets:
+            text = text.replace(secret, MASK)
+        return text
+    return mask
+
+
+def _jsonable(value):
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple, set)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return dict((str(k), _jsonable(v)) for k, v in value.items())
+    return str(value)
+
+
+def _close(difflib, name, long_names):
+    return difflib.get_close_matches(name, long_names, n=MAX_SUGGESTIONS, cutoff=0.75)
+
+
+def check(config, expect_version=None):
+    """Validate ``config`` with the running interpreter's SGLang; the answer as a dict (never raises)."""
+    import argparse
+    import difflib
+    import traceback
+
+    result = {"ok": False, "config": config, "python": sys.executable, "version": None, "options": {},
+              "problems": [], "notices": [], "import_error": None}
+    problems, notices = result["problems"], result["notices"]
+    try:
+        import sglang
+        from sglang.srt.server_args import ServerArgs
+        from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+    except Exception as exc:  # pylint: disable=broad-except
+        # ImportError, but also whatever a half-installed dependency raises at import time.
+        result["import_error"] = "%s: %s" % (type(exc).__name__, exc)
+        result["import_traceback"] = traceback.format_exc()[-4000:]
+        return result
+    result["version"] = version = getattr(sglang, "__version__", None)
+    result["sglang_path"] = getattr(sglang, "__file__", None)
+    if expect_version and version != expect_version:
+        problems.append("SGLang %s is installed for %s, expected %s; point python at the %s install"
+                        % (version, sys.executable, expect_version, expect_version))
+
+    parser = _parser(argparse, ServerArgs)
+    key_parser = _parser(argparse, ServerArgs, required=False)
+    merger = ConfigArgumentMerger(parser)
+    flags = parser._option_string_actions
+    long_names = sorted(o[2:] for o in flags if o.startswith("--"))
+
+    # Read the file the way this SGLang does: its suffix rule, existence and top-level mapping.
+    try:
+        if hasattr(merger, "_parse_yaml_config"):
+            data = merger._parse_yaml_config(config)
+        else:
+            data = None
+    except Exception as exc:  # pylint: disable=broad-except
+        # ValueError for a wrong suffix, a missing file or a non-mapping; yaml.YAMLError for syntax.
+        problems.append("%s: %s" % (config, exc))
+        return result
+    if data is None:
+        import yaml
+        with open(config) as handle:
+            data = yaml.safe_load(handle) or {}
+    mask = _masker(data)
+    defaults = vars(key_parser.parse_known_args([])[0])
+    touched = {}
+
+    # One key at a time, so that every bad key is named (argparse stops at its first error).
+    per_key = hasattr(merger, "_convert_config_to_args")
+    if not per_key:
+        notices.append("SGLang %s has no ConfigArgumentMerger._convert_config_to_args: only the first problem "
+                       "of the whole file is reported" % version)
+    for key, value in (data.items() if per_key else ()):
+        name = str(key)
+        flag = "--" + name
+        if flag not in flags and "_" in name and "--" + name.replace("_", "-") in flags:
+            problems.append("%s: underscore key: SGLang %s passes it on as %s, which its parser rejects; write it "
+                            "as '%s'" % (name, version, flag, name.replace("_", "-")))
+            continue
+        if value is None:
+            problems.append("%s: empty value (YAML null): SGLang %s passes the string 'None' on; give a value or "
+                            "remove the key to keep the default" % (name, version))
+            continue
+        try:
+            chunk = merger._convert_config_to_args({key: value})
+        except ValueError as exc:
+            problems.append("%s: %s" % (name, mask(exc)))
+            continue
+        if not chunk:
+            continue  # a false store_true flag or an empty list: SGLang drops the key
+        try:
+            namespace, extras = key_parser.parse_known_args(chunk)
+        except _ParseError as exc:
+            problems.append("%s: %s" % (name, mask(exc)))
+            continue
+        if extras and extras[0] == flag:
+            hint = _close(difflib, name.replace("_", "-"), long_names)
+            problems.append("%s: unknown option %s in SGLang %s%s" % (
+                name, flag, version, "; did you mean '%s'?" % hint[0] if hint else ""))
+            continue
+        if extras:
+            # Only option names are shown: values could be secrets.
+            problems.append("%s: SGLang %s's merger turns it into %s plus %d value(s) the option does not take "
+                            "(a list for a single-value option, or false for an on/off flag)"
+                            % (name, version, flag, len([x for x in extras if not x.startswith("--")])))
+            continue
+        if flag not in flags:
+            matches = sorted(set(a.option_strings[0] for o, a in flags.items() if o.startswith(flag)))
+            notices.append("%s: accepted only as an abbreviation of %s; write the full name (a new option with the "
+                           "same prefix would make it ambiguous)" % (name, " / ".join(matches)))
+        changed = [d for d, v in vars(namespace).items() if v != defaults.get(d)]
+        action = flags.get(flag)
+        for dest in set(changed) | (set([action.dest]) if action is not None else set()):
+            touched[dest] = getattr(namespace, dest)
+
+    # The whole file as SGLang reads it: config args first, then parse (command line would win).
+    namespace = None
+    try:
+        argv = merger.merge_config_with_args(["--config", config])
+        namespace = parser.parse_args(argv)
+    except (_ParseError, ValueError) as exc:
+        if not problems:
+            problems.append("%s: %s" % (config, mask(exc)))
+    if namespace is not None:
+        for dest in list(touched):
+            touched[dest] = getattr(namespace, dest, touched[dest])
+        if not per_key:
+            touched = dict((d, v) for d, v in vars(namespace).items() if v != defaults.get(d))
+
+    algorithm = touched.get("speculative_algorithm")
+    if algorithm is not None:
+        try:
+            from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+        except Exception as exc:  # pylint: disable=broad-except
+            problems.append("speculative-algorithm: cannot import SGLang's SpeculativeAlgorithm to check %r (%s: %s)"
+                            % (algorithm, type(exc).__name__, exc))
+        else:
+            try:
+                SpeculativeAlgorithm.from_string(algorithm)
+            except ValueError:
+                known = ", ".join(m.name for m in SpeculativeAlgorithm if m.name != "NONE")
+                problems.append("speculative-algorithm: %r is not an algorithm SGLang %s knows (its parser accepts "
+                                "any string, SpeculativeAlgorithm does not); use one of %s"
+                                % (mask(algorithm), version, known))
+
+    result["options"] = dict(
+        (dest.replace("_", "-"), MASK if _is_secret(dest) and value is not None else _jsonable(value))
+        for dest, value in sorted(touched.items()))
+    result["problems"] = [mask(p) for p in problems]
+    result["notices"] = [mask(n) for n in notices]
+    result["ok"] = not problems
+    return result
+
+
+def main(argv):
+    args = list(argv)
+    expect_version = None
+    if "--expect-version" in args:
+        i = args.index("--expect-version")
+        expect_version = args[i + 1] if i + 1 < len(args) else None
+        del args[i:i + 2]
+    if len(args) != 1:
+        sys.stderr.write("usage: python _sglang_check.py CONFIG.yaml [--expect-version V]\n")
+        return 2
+    result = check(args[0], expect_version)
+    sys.stdout.write("\n" + MARKER + json.dumps(result, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

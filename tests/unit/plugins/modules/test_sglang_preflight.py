@@ -1,0 +1,108 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The sglang_preflight module end to end, in-process, with the REAL SGLang 0.5.23 of the lab's venv
+as ``python`` (sglang_env.py; skipped, saying why, only outside the lab). The module runs its
+checker with that interpreter as a subprocess, as on a host."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from ansible.module_utils import basic
+
+from ansible_collections.gpufleet.llm.plugins.modules import sglang_preflight
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import sglang_configs as cfg
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
+    SGLANG_VERSION, sglang_python)
+
+try:
+    from ansible.module_utils.testing import patch_module_args
+except ImportError:  # ansible-core < 2.19
+    import contextlib
+    from unittest import mock
+
+    from ansible.module_utils.common.text.converters import to_bytes
+
+    @contextlib.contextmanager
+    def patch_module_args(args):
+        with mock.patch.object(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args}))):
+            yield
+
+
+def run(capsys, args, check_mode=False):
+    if check_mode:
+        args = dict(args, _ansible_check_mode=True)
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exc:
+            sglang_preflight.main()
+    out = capsys.readouterr().out
+    assert cfg.API_KEY not in out
+    result = json.loads(out)
+    result["_rc"] = exc.value.code
+    return result
+
+
+def test_good_config_check_mode_and_real(capsys, tmp_path, sglang_python):
+    config = cfg.write(str(tmp_path), "kimi", cfg.GOOD)
+    for check_mode in (True, False):
+        res = run(capsys, {"config": config, "python": sglang_python, "expect_version": SGLANG_VERSION}, check_mode)
+        assert res["_rc"] == 0, res.get("msg")
+        assert res["changed"] is False and res["ok"] is True
+        assert res["version"] == SGLANG_VERSION
+        assert res["python"] == sglang_python and res["config"] == config
+        assert res["options"]["speculative-algorithm"] == "DFLASH" and res["options"]["api-key"] == "********"
+        assert res["problems"] == []
+
+
+@pytest.mark.parametrize("name,fragment", [
+    ("underscore", "tp_size: underscore key"),
+    ("unknown", "speculative-algorythm: unknown option"),
+    ("dflashx", "speculative-algorithm: 'DFLASHX' is not an algorithm"),
+    ("choice", "attention-backend: argument --attention-backend: invalid choice: 'nope'"),
+    ("secret_underscore", "api_key: underscore key"),
+])
+def test_bad_config_fails_naming_the_option(capsys, tmp_path, sglang_python, name, fragment):
+    config = cfg.write(str(tmp_path), name, cfg.BAD[name])
+    res = run(capsys, {"config": config, "python": sglang_python}, check_mode=True)
+    assert res["_rc"] == 1 and res["failed"] and res["ok"] is False
+    assert fragment in res["msg"] and "SGLang 0.5.23 rejects" in res["msg"], res["msg"]
+    assert any(fragment in p for p in res["problems"])
+
+
+def test_all_problems_in_one_message(capsys, tmp_path, sglang_python):
+    res = run(capsys, {"config": cfg.write(str(tmp_path), "all", cfg.ALL_AT_ONCE), "python": sglang_python})
+    assert res["_rc"] == 1 and "4 problem(s)" in res["msg"]
+    for name in ("tp_size", "speculative-algorythm", "DFLASHX", "attention-backend"):
+        assert name in res["msg"]
+
+
+def test_not_yaml(capsys, tmp_path, sglang_python):
+    config = cfg.write(str(tmp_path), "kimi", cfg.GOOD, suffix=".conf")
+    res = run(capsys, {"config": config, "python": sglang_python})
+    assert res["_rc"] == 1 and "Config file must be YAML format, got: .conf" in res["msg"]
+
+
+def test_expect_version(capsys, tmp_path, sglang_python):
+    res = run(capsys, {"config": cfg.write(str(tmp_path), "kimi", cfg.GOOD), "python": sglang_python,
+                       "expect_version": "0.4.0"})
+    assert res["_rc"] == 1 and "expected 0.4.0" in res["msg"]
+
+
+def test_missing_python_and_config(capsys, tmp_path):
+    config = cfg.write(str(tmp_path), "kimi", cfg.GOOD)
+    missing = str(tmp_path / "opt" / "sglang" / "0.5.23" / "bin" / "python")
+    res = run(capsys, {"config": config, "python": missing})
+    assert res["_rc"] == 1 and "python %s is not an executable file" % missing in res["msg"]
+    res = run(capsys, {"config": str(tmp_path / "absent.yaml"), "python": sys.executable})
+    assert res["_rc"] == 1 and "absent.yaml does not exist" in res["msg"]
+
+
+def test_python_without_sglang(capsys, tmp_path):
+    # The units venv's own interpreter has no SGLang: a clear failure naming it.
+    res = run(capsys, {"config": cfg.write(str(tmp_path), "kimi", cfg.GOOD), "python": sys.executable})
+    assert res["_rc"] == 1
+    assert "SGLang is not importable with python %s" % sys.executable in res["msg"]
+    assert "No module named 'sglang'" in res["import_error"]
