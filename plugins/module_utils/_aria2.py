@@ -110,7 +110,7 @@ def write_input(path, text):
     os.chmod(path, 0o600)  # O_CREAT's mode does not apply to a file that already existed
 
 
-def build_argv(aria2c, input_file, log_file, connections=16, splits=16, parallel_files=6, min_split_size="20M",
+def build_argv(aria2c, input_file, log_file, connections=16, splits=16, parallel_files=2, min_split_size="8M",
                timeout=60, connect_timeout=30, retry_wait=2, inner_tries=5, auto_save_interval=1,
                validate_certs=True, ca_path=None, summary_interval=0):
     """aria2c's argv: tuning only, no URL, no header, no secret."""

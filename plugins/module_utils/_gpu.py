@@ -229,7 +229,7 @@ def fit(gpus, model_bytes, drafter_bytes=0, tp_size=1, nnodes=1,
         result["per_gpu"].append(entry)
         if not entry["fits"]:
             problems.append(
-                "GPU %d (%s): needs %s per GPU (weights %s / tp %d = %s + drafter %s + KV headroom %s = %.2f x %s), "
+                "GPU %d (%s): needs %s per GPU (weights %s / tp %d = %s + drafter %s + KV headroom %s (%.2f x %s)), "
                 "available %s (%s x mem_fraction_static %.2f); short by %s"
                 % (gpu["index"], gpu["name"], _gib(needed), _gib(model_bytes), tp_size, _gib(shard),
                    _gib(drafter_bytes), _gib(headroom), headroom_fraction, _gib(total), _gib(available),

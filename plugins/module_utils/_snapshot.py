@@ -8,8 +8,10 @@ Private to the collection: not a public API, may change without notice.
 
 The promise: a file at its final path is whole and verified. Bytes arrive in a staging area
 (``<dest>/.gpufleet/staging/``, named by content id, mode 0700) and are renamed into place only
-once their hash matched the Hub's (LFS files: sha256, checked by aria2 as it finishes; other files:
-the git blob id, then their sha256 is recorded). Nothing is ever written in place, so files
+once their hash matched the Hub's (LFS files: sha256; other files: the git blob id, then their
+sha256 is recorded). Each file is hashed once, here, in a thread pool, as soon as aria2 reports it
+complete, while the other files still download (aria2's own checksum= would hash one file after
+another in its single thread, after the transfer). Nothing is ever written in place, so files
 hard-linked from an earlier revision (``link_from``) stay intact, and a lost ``.aria2`` control file
 can never make a partial look complete (a staging file without one is hashed before it counts).
 
@@ -55,8 +57,13 @@ DEFAULTS = {
     "endpoint": None,
     "connections": 16,
     "splits": 16,
-    "parallel_files": 6,
-    "min_split_size": "20M",
+    # Two files at a time with 16 connections each: 32 connections (twice what a 160 MiB/s link
+    # needs at 10 MiB/s per connection), and files finish one pair after another, so hashing a
+    # finished pair overlaps the next pair's transfer instead of piling up after the last byte.
+    # 8M: a file of 128 MiB or more still gets all 16 connections (aria2 halves ranges down to
+    # min_split_size), and idle connections can still take over halves of a slow tail.
+    "parallel_files": 2,
+    "min_split_size": "8M",
     "max_tries": 5,
     "retry_wait": 2,
     "timeout": 60,

@@ -80,7 +80,7 @@ options:
     type: float
     default: 0.1
   fail_on_problem:
-    description: Fail when the model does not fit. V(false) only reports (check RV(fit.fits) then).
+    description: Fail when the model does not fit. V(false) only reports (check C(fits) in RV(fit) then).
     type: bool
     default: true
 seealso:

@@ -42,8 +42,8 @@ attributes:
 options:
   config:
     description:
-      - Path of the staged config YAML on the host, with the options in SGLang's dash form
-        (C(speculative-algorithm: DFLASH)).
+      - "Path of the staged config YAML on the host, with the options in SGLang's dash form
+        (C(speculative-algorithm: DFLASH))."
       - The suffix rule is the installed SGLang's (0.5.23 accepts C(.yaml) and C(.yml)); the C(sglang) role stages
         C(.yaml).
     type: path

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Start a private lab Hub (tests/lab/hub/server.py) on the controller's bridge address.
 
-For faults.yml: fault rules and the CDN URL TTL are global to a Hub, and the shared lab Hub
-(10.231.0.2) serves other tests and benchmarks at the same time. This one serves the same fixture
+This target resets, throttles and faults the Hub and asserts on its request log; all of that is
+global to a Hub, and the shared lab Hub (10.231.0.2) serves other tests and benchmarks at the
+same time. This one serves the same fixture
 store on free ports of the controller's bridge address (reachable from the lab hosts), runs in
 its own session, and is stopped by runme.sh (SIGTERM to the pid written to PIDFILE).
 

@@ -18,16 +18,22 @@ if [ ! -f "$INVENTORY" ]; then
 fi
 export ANSIBLE_HOST_KEY_CHECKING=False
 ROOT=/srv/itest-hf_snapshot
-common=(-i "$INVENTORY" -e "itest_root=$ROOT" -e "fixture_store=$STORE")
 
+# This target resets, throttles and faults the Hub and asserts on its request log, so it runs
+# against a private instance of the lab Hub (tests/lab/hub/server.py, the same fixture store) on
+# the controller's bridge address: the shared lab Hub (10.231.0.2) serves other tests and
+# benchmarks at the same time, and its config, fault rules and log are global to it.
 HUB_PIDFILE=$(mktemp)
+common=()
 cleanup() {
-    ansible-playbook "${common[@]}" cleanup.yml >/dev/null || true
-    # the private fault Hub (faults.yml), if it was started
+    if [ ${#common[@]} -gt 0 ]; then ansible-playbook "${common[@]}" cleanup.yml >/dev/null || true; fi
     if [ -s "$HUB_PIDFILE" ]; then kill "$(cat "$HUB_PIDFILE")" 2>/dev/null || true; fi
     rm -f "$HUB_PIDFILE"
 }
 trap cleanup EXIT
+HUB=$(python3 "$(dirname "$0")/private_hub.py" "$(dirname "$INVENTORY")/lab.json" "$STORE" "$HUB_PIDFILE")
+echo "private lab Hub: $HUB"
+common=(-i "$INVENTORY" -e "itest_root=$ROOT" -e "fixture_store=$STORE" -e "lab_hub_endpoint=$HUB")
 
 # The modules run with the tools venv's Python: make sure it is there (idempotent, from the wheelhouse).
 ansible-playbook "${common[@]}" tools.yml -e "model_tools_wheelhouse=$WHEELHOUSE"
@@ -77,6 +83,5 @@ assert all(re.search(r"MiB / .*MiB \(\d+%\), .*/s, ETA", l) for l in lines), lin
 '
 
 # faults: every 10th resolve and CDN request fails (5xx, 429 + Retry-After, resets, truncated bodies)
-# and signed URLs expire mid-fetch, on a private lab Hub (faults.yml says why) -> complete and exact
-FAULT_HUB=$(python3 "$(dirname "$0")/private_hub.py" "$(dirname "$INVENTORY")/lab.json" "$STORE" "$HUB_PIDFILE")
-ansible-playbook "${common[@]}" faults.yml -e "fault_hub=$FAULT_HUB"
+# and signed URLs expire mid-fetch -> complete and exact
+ansible-playbook "${common[@]}" faults.yml

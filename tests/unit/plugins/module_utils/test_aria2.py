@@ -108,6 +108,25 @@ def test_parse_results_and_log():
     assert retry_after == 3
 
 
+def test_completed_paths_and_log_tail(tmp_path):
+    lines = [
+        "2026-12-02 14:16:02.440697 [NOTICE] [RequestGroup.cc:1214] Download complete: /s/blob-73e7",
+        "2026-12-02 14:16:02.441 [INFO] [DownloadCommand.cc:242] CUID#8 - The download for one segment completed successfully.",
+        "2026-12-02 14:16:09.126 [NOTICE] [CheckIntegrityCommand.cc:76] Verification finished successfully. file=/s/x",
+        "2026-12-02 14:16:09.126836 [NOTICE] [RequestGroup.cc:1214] Download complete: /s/with space",
+    ]
+    assert _aria2.completed_paths(lines) == ["/s/blob-73e7", "/s/with space"]
+    log = tmp_path / "aria2.log"
+    tail = _aria2._LogTail(str(log))
+    assert tail.lines() == []  # no log yet
+    log.write_text(lines[0] + "\n" + lines[1][:20])
+    assert tail.lines() == [lines[0]]  # a half-written line waits for its end
+    with open(log, "a") as handle:
+        handle.write(lines[1][20:] + "\n")
+    assert tail.lines() == [lines[1]]
+    assert tail.lines() == []
+
+
 def _lfs_entry(hub, repo, path):
     sha, files = hub.files_at(repo, "main")
     return sha, files[path]
@@ -134,9 +153,13 @@ def test_real_run_ok_checksum_failure_and_404(lab_hub, aria2c, tmp_path):
                          str(staging), "missing", None, 1),
     ]
     ticks = []
+    completed = []
     result = _aria2.run(files, str(tmp_path / "run"), aria2c=aria2c, tick=lambda: ticks.append(1),
-                        tick_interval=0.2, connections=4, splits=4, min_split_size="1M")
+                        tick_interval=0.2, connections=4, splits=4, min_split_size="1M",
+                        on_complete=completed.append)
     assert result.outcomes["good"].status == "OK"
+    # on_complete heard of the finished file (from aria2's log), and only of it
+    assert completed == ["good"]
     with open(staging / "good", "rb") as handle:
         assert hashlib.sha256(handle.read()).hexdigest() == sha
     assert result.outcomes["badsum"].status == "ERR" and result.outcomes["badsum"].code == 32

@@ -248,6 +248,44 @@ def test_preallocated_staging_file_without_control_is_not_trusted(lab_hub, aria2
     assert [f["action"] for f in res["files"]] == ["fetched"]
 
 
+def test_bytes_not_matching_the_listing_never_reach_their_path(lab_hub, aria2c, tmp_path, monkeypatch):
+    """The module's own sha256 (aria2 gets no checksum=) keeps wrong bytes out of the final path."""
+    real_list, real_resolve = _hub.list_revision, _hub.resolve_file
+
+    def wrong_sha(*args, **kwargs):
+        return [f._replace(sha256="0" * 64) if f.path == SHARD3 else f for f in real_list(*args, **kwargs)]
+
+    def no_linked_etag(*args, **kwargs):
+        return real_resolve(*args, **kwargs)._replace(sha256=None)  # else the resolve check trips first
+
+    monkeypatch.setattr(_hub, "list_revision", wrong_sha)
+    monkeypatch.setattr(_hub, "resolve_file", no_linked_etag)
+    dest = tmp_path / "d"
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        run(lab_hub, dest, allow_patterns=[SHARD3, "config.json"], max_tries=2)
+    assert SHARD3 in err.value.msg and "do not match" in err.value.msg
+    assert not os.path.lexists(dest / SHARD3)
+    assert os.path.isfile(dest / "config.json")  # the good file of the same batch is placed
+
+
+def test_hash_staged_notices_a_file_that_moved_while_hashed(tmp_path, monkeypatch):
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 1000)
+    remote = _hub.RemoteFile("f", 1000, "0" * 40, hashlib.sha256(b"x" * 1000).hexdigest(), True)
+    ok, digest, record = _snapshot._hash_staged(str(path), remote)
+    assert ok and digest == remote.sha256 and _manifest.same_stat(record, str(path))
+    real_verify = _snapshot.verify_local
+
+    def verify_then_touch(*args):
+        res = real_verify(*args)
+        os.utime(str(path), ns=(0, 123456789))  # a write after the hash read the bytes
+        return res
+
+    monkeypatch.setattr(_snapshot, "verify_local", verify_then_touch)
+    ok, digest, record = _snapshot._hash_staged(str(path), remote)
+    assert record is None  # the caller must hash it again before trusting it
+
+
 def test_faults_and_url_expiry(lab_hub, aria2c, tmp_path):
     lab_hub.faults(
         {"server": "cdn", "method": "GET", "status": 500, "times": 2},
