@@ -17,7 +17,8 @@ if [ ! -f "$INVENTORY" ]; then
     exit 1
 fi
 export ANSIBLE_HOST_KEY_CHECKING=False
-ROOT=/srv/itest-hf_snapshot
+# one tree per run: two runs of this target (parallel build dirs) must not share or remove each other's
+ROOT=/srv/itest-hf_snapshot-$$
 
 # This target resets, throttles and faults the Hub and asserts on its request log, so it runs
 # against a private instance of the lab Hub (tests/lab/hub/server.py, the same fixture store) on
