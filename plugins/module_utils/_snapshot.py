@@ -563,6 +563,7 @@ def fetch(items, dest, opts, token, use_token, progress, log):
             except (OSError, ValueError) as exc:
                 return item, None, exc
 
+        mark = time.monotonic()
         with ThreadPoolExecutor(max_workers=8) as pool:
             resolved = list(pool.map(resolve, list(pending.values())))
             refused = [r[0] for r in resolved if getattr(r[2], "status", None) in (401, 403)]
@@ -571,6 +572,7 @@ def fetch(items, dest, opts, token, use_token, progress, log):
                 send_token = True
                 again = {r[0].key: r for r in pool.map(resolve, refused)}
                 resolved = [again.get(r[0].key, r) for r in resolved]
+        _took(opts, "resolve", mark)
         batch = []
         direct = []
         for item, url, exc in resolved:
@@ -645,6 +647,7 @@ def fetch(items, dest, opts, token, use_token, progress, log):
                     return
                 hashes[key] = pool.submit(_hash_staged, os.path.join(staging, key), item.remote)
 
+            mark = time.monotonic()
             try:
                 result = _aria2.run(
                     jobs, os.path.join(staging, "run"), aria2c=opts["aria2c_path"], tick=progress.write,
@@ -654,12 +657,14 @@ def fetch(items, dest, opts, token, use_token, progress, log):
                     min_split_size=opts["min_split_size"], timeout=opts["timeout"], retry_wait=opts["retry_wait"],
                     validate_certs=opts["validate_certs"], ca_path=opts["ca_path"],
                 )
+                mark = _took(opts, "aria2", mark)
                 for item, url in batch:
                     if result.outcomes[item.key].status == "OK":
                         hash_later(item.key)
                 hashed = {key: future.result() for key, future in hashes.items()}
             finally:
                 pool.shutdown(wait=True)
+            mark = _took(opts, "hash_after_aria2", mark)
             if result.retry_after:
                 wait_hint = max(wait_hint, float(result.retry_after))
             for item, url in batch:
@@ -729,6 +734,14 @@ def fetch(items, dest, opts, token, use_token, progress, log):
             other.sha256 = first.sha256
             _place(other, tmp, dest)
     return failed
+
+
+def _took(opts, phase, since):
+    """Add the seconds since ``since`` to ``phase`` in the result's timings; returns now."""
+    now = time.monotonic()
+    timings = opts.setdefault("timings", {})
+    timings[phase] = timings.get(phase, 0.0) + now - since
+    return now
 
 
 def _remove(*paths):
@@ -847,7 +860,9 @@ def _snapshot(params, token, check_mode, log):
         return _result(opts, manifest["commit"], items, 0, started, strays, pruned, changed=bool(pruned),
                        offline=True, check_mode=check_mode)
 
+    mark = time.monotonic()
     commit, remote_files, use_token = list_remote(opts, token, log)
+    _took(opts, "list", mark)
     opts["commit"] = commit
     selected = [f for f in remote_files if matches_patterns(f.path, opts["allow_patterns"], opts["ignore_patterns"])]
     unsafe = []
@@ -891,7 +906,9 @@ def _run(opts, items, token, use_token, started, check_mode, log):
         raise SnapshotError(
             "%s holds %s (manifest), not %s: use another dest" % (dest, manifest.get("repo_id"), opts["repo_id"])
         )
+    mark = time.monotonic()
     plan(items, manifest, opts["link_from"], workers=opts["hash_workers"])
+    _took(opts, "plan", mark)
     staging = os.path.join(_manifest.meta_dir(dest), STAGING)
     to_fetch = {}
     for item in items:
@@ -974,7 +991,9 @@ def _run(opts, items, token, use_token, started, check_mode, log):
     keys = ("repo_id", "repo_type", "revision", "commit", "endpoint", "files", "allow_patterns", "ignore_patterns", "complete")
     manifest_changed = old is None or any(old.get(k) != new.get(k) for k in keys)
     if manifest_changed:
+        mark = time.monotonic()
         _manifest.write_manifest(dest, new)
+        _took(opts, "manifest", mark)
     staging_dir = os.path.join(_manifest.meta_dir(dest), STAGING)
     if not failed and os.path.isdir(staging_dir):
         shutil.rmtree(os.path.join(staging_dir, "run"), ignore_errors=True)
@@ -1031,4 +1050,5 @@ def _result(opts, commit, rows, fetched_bytes, started, strays, pruned, changed,
         "manifest": os.path.join(_manifest.meta_dir(opts["dest"]), _manifest.MANIFEST),
         "offline": offline,
         "check_mode": check_mode,
+        "timings": {k: round(v, 3) for k, v in sorted(opts.get("timings", {}).items())},
     }

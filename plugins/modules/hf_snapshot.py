@@ -227,6 +227,15 @@ throughput_mib_s:
   description: RV(bytes_fetched) over RV(duration), MiB/s.
   returned: success
   type: float
+timings:
+  description:
+    - Where RV(duration) went, seconds per phase (only the phases that ran) - C(list) (listing the
+      revision), C(plan) (including hashing files whose stat changed), C(resolve) (the parallel
+      HEADs), C(aria2) (aria2c's run, the transfer), C(hash_after_aria2) (hashing still left when
+      aria2 exited; files that finished earlier were hashed during the transfer), C(manifest).
+  returned: success
+  type: dict
+  sample: {"list": 0.11, "resolve": 0.03, "aria2": 6.55, "hash_after_aria2": 0.41, "manifest": 0.002}
 stray:
   description:
     - Files in O(dest) that are not part of the revision. C(kind=partial) for downloaders' partials
