@@ -94,10 +94,10 @@ options:
       - Connections in flight are about O(parallel_files) times O(connections) (capped by
         O(splits) and by the file size over O(min_split_size)); they must exceed the link rate
         divided by the per-connection rate of the CDN (160 MiB/s at 10 MiB/s per connection needs
-        16). The default 2 keeps 32 busy and lets files finish a pair at a time, so their hashing
-        overlaps the next files' transfer; raise it for faster links.
+        16). The default 6 (with 16 connections each) is what reached 574 MiB/s against the public
+        Hub's CDN for a 64-shard repo; files are hashed as they finish, while the rest transfer.
     type: int
-    default: 2
+    default: 6
   min_split_size:
     description:
       - aria2 C(--min-split-size), for example C(1M) or C(8M). aria2 halves a file's ranges down
@@ -296,7 +296,7 @@ def main():
             endpoint=dict(type="str"),
             connections=dict(type="int", default=16),
             splits=dict(type="int", default=16),
-            parallel_files=dict(type="int", default=2),
+            parallel_files=dict(type="int", default=6),
             min_split_size=dict(type="str", default="8M"),
             max_tries=dict(type="int", default=5),
             retry_wait=dict(type="int", default=2),
