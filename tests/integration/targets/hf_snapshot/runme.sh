@@ -6,19 +6,11 @@
 # check, main, main again and in check mode (changed=0), and a throttled fetch whose captured play
 # output must show progress lines.
 set -euo pipefail
-LAB_ENV=$(dirname "$0")/../../lab.env
-# shellcheck source=/dev/null
-[ -f "$LAB_ENV" ] && . "$LAB_ENV"
-INVENTORY=${GPUFLEET_LAB_INVENTORY:-$HOME/.cache/gpufleet-lab/run/inventory.ini}
-WHEELHOUSE=${GPUFLEET_LAB_WHEELHOUSE:-$HOME/.cache/gpufleet-lab/wheelhouse/tools}
-STORE=$(dirname "$INVENTORY")/../fixtures
-if [ ! -f "$INVENTORY" ]; then
-    echo "lab inventory $INVENTORY not found: run 'make lab-up' first" >&2
-    exit 1
-fi
-export ANSIBLE_HOST_KEY_CHECKING=False
+# shellcheck source=../setup_lab/lab.sh
+. "$(dirname "$0")/../setup_lab/lab.sh"
 # one tree per run: two runs of this target (parallel build dirs) must not share or remove each other's
 ROOT=/srv/itest-hf_snapshot-$$
+STORE=$LAB_CACHE/fixtures
 
 # This target resets, throttles and faults the Hub and asserts on its request log, so it runs
 # against a private instance of the lab Hub (tests/lab/hub/server.py, the same fixture store) on
@@ -35,6 +27,7 @@ trap cleanup EXIT
 HUB=$(python3 "$(dirname "$0")/private_hub.py" "$(dirname "$INVENTORY")/lab.json" "$STORE" "$HUB_PIDFILE")
 echo "private lab Hub: $HUB"
 common=(-i "$INVENTORY" -e "itest_root=$ROOT" -e "fixture_store=$STORE" -e "lab_hub_endpoint=$HUB")
+PLAY_ARGS=("${common[@]}")
 
 # The modules run with the tools venv's Python: make sure it is there (idempotent, from the wheelhouse).
 ansible-playbook "${common[@]}" tools.yml -e "model_tools_wheelhouse=$WHEELHOUSE"
@@ -44,21 +37,7 @@ ansible-playbook "${common[@]}" module.yml
 # role: v1.0, then main (only the changed files travel, current switches), then main again (no change)
 role() {
     local expect=$1; shift
-    local out
-    out=$(ansible-playbook "${common[@]}" role.yml "$@") || { echo "$out"; exit 1; }
-    echo "$out" | sed -n '/PLAY RECAP/,$p'
-    printf '%s' "$out" | python3 -c '
-import re, sys
-expect = sys.argv[1]
-recap = re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", sys.stdin.read(), re.M)
-assert recap, "no play recap"
-for host, changed, unreachable, failed in recap:
-    if host == "localhost":
-        continue
-    ok = int(changed) == 0 if expect == "0" else int(changed) > 0
-    print("role: %s changed=%s (expected %s)" % (host, changed, expect))
-    assert ok and unreachable == "0" and failed == "0", (host, changed, unreachable, failed)
-' "$expect"
+    play "$expect" role.yml "$@"
 }
 role some --check -e revision=v1.0 -e phase=check
 role some -e revision=v1.0 -e phase=v1

@@ -1,0 +1,52 @@
+# shellcheck shell=bash
+# Sourced by the integration targets that drive the lab hosts (make lab-up) from the controller.
+#
+# ansible-test passes only a few environment variables through; `make integration` writes the lab's
+# paths next to the targets instead (tests/integration/lab.env, never committed).
+LAB_ENV=$(dirname "${BASH_SOURCE[0]}")/../../lab.env
+# shellcheck source=/dev/null
+[ -f "$LAB_ENV" ] && . "$LAB_ENV"
+INVENTORY=${GPUFLEET_LAB_INVENTORY:-$HOME/.cache/gpufleet-lab/run/inventory.ini}
+WHEELHOUSE=${GPUFLEET_LAB_WHEELHOUSE:-$HOME/.cache/gpufleet-lab/wheelhouse/tools}
+# The lab cache: inventory is <cache>/run/inventory.ini.
+LAB_CACHE=$(cd "$(dirname "$INVENTORY")/.." 2>/dev/null && pwd || echo "$HOME/.cache/gpufleet-lab")
+if [ ! -f "$INVENTORY" ]; then
+    echo "lab inventory $INVENTORY not found: run 'make lab-up' first" >&2
+    exit 1
+fi
+export ANSIBLE_HOST_KEY_CHECKING=False
+export INVENTORY WHEELHOUSE LAB_CACHE
+
+# Common ansible-playbook arguments of a target (set by the target before calling play).
+PLAY_ARGS=(-i "$INVENTORY")
+# A string that must never appear in any play's output (a test secret), if the target sets one.
+PLAY_FORBIDDEN=${PLAY_FORBIDDEN:-}
+
+# assert_recap EXPECT LABEL < output: every lab host's recap shows changed "0" or "some", no failure.
+assert_recap() {
+    python3 -c '
+import re, sys
+expect, label = sys.argv[1], sys.argv[2]
+recap = re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", sys.stdin.read(), re.M)
+recap = [r for r in recap if r[0] != "localhost"]
+assert recap, "no play recap: no lab host ran"
+for host, changed, unreachable, failed in recap:
+    changed = int(changed)
+    good = changed == 0 if expect == "0" else changed > 0
+    print("%s: %s changed=%d (expected %s)" % (label, host, changed, expect))
+    assert good and unreachable == "0" and failed == "0", "%s: changed=%d unreachable=%s failed=%s" % (host, changed, unreachable, failed)
+' "$1" "$2"
+}
+
+# play EXPECT PLAYBOOK ARGS...: run it with PLAY_ARGS, show the recap, assert it (see assert_recap).
+play() {
+    local expect=$1 book=$2; shift 2
+    local out
+    out=$(ansible-playbook "${PLAY_ARGS[@]}" "$book" "$@") || { echo "$out"; exit 1; }
+    echo "$out" | sed -n '/PLAY RECAP/,$p'
+    if [ -n "$PLAY_FORBIDDEN" ] && printf '%s' "$out" | grep -qF -- "$PLAY_FORBIDDEN"; then
+        echo "a test secret leaked into the output of $book" >&2
+        exit 1
+    fi
+    printf '%s' "$out" | assert_recap "$expect" "$book ${*}"
+}
