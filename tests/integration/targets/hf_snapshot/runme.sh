@@ -27,6 +27,7 @@ trap cleanup EXIT
 HUB=$(python3 "$(dirname "$0")/private_hub.py" "$(dirname "$INVENTORY")/lab.json" "$STORE" "$HUB_PIDFILE")
 echo "private lab Hub: $HUB"
 common=(-i "$INVENTORY" -e "itest_root=$ROOT" -e "fixture_store=$STORE" -e "lab_hub_endpoint=$HUB")
+# shellcheck disable=SC2034  # read by play() in setup_lab/lab.sh
 PLAY_ARGS=("${common[@]}")
 
 # The modules run with the tools venv's Python: make sure it is there (idempotent, from the wheelhouse).

@@ -5,7 +5,7 @@
 # naming it. The module itself needs only the standard library (Ansible's /usr/bin/python3).
 set -euo pipefail
 # shellcheck source=../setup_lab/lab.sh
-PLAY_FORBIDDEN=sk-itest-NOT-A-SECRET
+export PLAY_FORBIDDEN=sk-itest-NOT-A-SECRET  # play() in setup_lab/lab.sh fails if it appears
 . "$(dirname "$0")/../setup_lab/lab.sh"
 PLAY_ARGS+=(-e "itest_root=/srv/itest-sglang_preflight")
 cleanup() { ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml >/dev/null || true; }
