@@ -10,34 +10,13 @@ import json
 
 import pytest
 
-from ansible.module_utils import basic
-
 from ansible_collections.gpufleet.llm.plugins.modules import gpu_info
+from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import gpu_fixtures as gf
-
-try:
-    from ansible.module_utils.testing import patch_module_args
-except ImportError:  # ansible-core < 2.19
-    import contextlib
-    from unittest import mock
-
-    from ansible.module_utils.common.text.converters import to_bytes
-
-    @contextlib.contextmanager
-    def patch_module_args(args):
-        with mock.patch.object(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args}))):
-            yield
 
 
 def run(capsys, args, check_mode=False):
-    if check_mode:
-        args = dict(args, _ansible_check_mode=True)
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            gpu_info.main()
-    result = json.loads(capsys.readouterr().out)
-    result["_rc"] = exc.value.code
-    return result
+    return run_module(gpu_info.main, capsys, args, check_mode=check_mode)
 
 
 @pytest.fixture

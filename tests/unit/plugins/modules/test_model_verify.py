@@ -11,23 +11,9 @@ import os
 
 import pytest
 
-from ansible.module_utils import basic
-
 from ansible_collections.gpufleet.llm.plugins.modules import model_verify
+from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees as mt
-
-try:
-    from ansible.module_utils.testing import patch_module_args
-except ImportError:  # ansible-core < 2.19
-    import contextlib
-    from unittest import mock
-
-    from ansible.module_utils.common.text.converters import to_bytes
-
-    @contextlib.contextmanager
-    def patch_module_args(args):
-        with mock.patch.object(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args}))):
-            yield
 
 
 @pytest.fixture(scope="module")
@@ -43,15 +29,7 @@ def trees(golden, tmp_path):
 
 
 def run(capsys, args, check_mode=False):
-    if check_mode:
-        args = dict(args, _ansible_check_mode=True)
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            model_verify.main()
-    out = capsys.readouterr().out
-    result = json.loads(out)
-    result["_rc"] = exc.value.code
-    return result
+    return run_module(model_verify.main, capsys, args, check_mode=check_mode)
 
 
 def test_clean_target_and_drafter(capsys, trees):

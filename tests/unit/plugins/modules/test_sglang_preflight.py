@@ -6,43 +6,19 @@ as ``python`` (sglang_env.py; skipped, saying why, only outside the lab). The mo
 checker with that interpreter as a subprocess, as on a host."""
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
 
-from ansible.module_utils import basic
-
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_preflight
+from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import sglang_configs as cfg
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
     SGLANG_VERSION, sglang_python)
 
-try:
-    from ansible.module_utils.testing import patch_module_args
-except ImportError:  # ansible-core < 2.19
-    import contextlib
-    from unittest import mock
-
-    from ansible.module_utils.common.text.converters import to_bytes
-
-    @contextlib.contextmanager
-    def patch_module_args(args):
-        with mock.patch.object(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args}))):
-            yield
-
 
 def run(capsys, args, check_mode=False):
-    if check_mode:
-        args = dict(args, _ansible_check_mode=True)
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            sglang_preflight.main()
-    out = capsys.readouterr().out
-    assert cfg.API_KEY not in out
-    result = json.loads(out)
-    result["_rc"] = exc.value.code
-    return result
+    return run_module(sglang_preflight.main, capsys, args, check_mode=check_mode, forbidden=cfg.API_KEY)
 
 
 def test_good_config_check_mode_and_real(capsys, tmp_path, sglang_python):
