@@ -89,6 +89,39 @@ def _ready(proc, timeout=30.0):
     return json.loads(buf.split(b"\n", 1)[0])
 
 
+_RUN_ENV = "GPUFLEET_UNITS_LAB_RUN"
+
+
+def _run_cache():
+    return os.path.join(tempfile.gettempdir(), "gpufleet-units-lab-%s" % os.environ[_RUN_ENV])
+
+
+def pytest_configure(config):  # pylint: disable=unused-argument
+    # Runs in the pytest process itself (each xdist worker), before any test is forked from it.
+    os.environ[_RUN_ENV] = str(os.getpid())
+
+
+def pytest_sessionfinish(session, exitstatus):  # pylint: disable=unused-argument
+    if os.environ.get(_RUN_ENV) == str(os.getpid()):
+        shutil.rmtree(_run_cache(), ignore_errors=True)
+
+
+def _parent_death_signal(signum):
+    """A Popen preexec_fn: the child gets ``signum`` when the process that started it exits."""
+    def preexec():
+        import ctypes  # pylint: disable=import-outside-toplevel
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signum, 0, 0, 0)
+    return preexec
+
+
+@pytest.fixture(scope="session")
+def die_with_parent():
+    """Servers a test starts must end with the (forked) test process, teardown or not."""
+    return _parent_death_signal
+
+
 @pytest.fixture(scope="session")
 def lab_store():
     if not os.path.exists(SERVER) or not os.path.exists(FIXTURES):
@@ -98,13 +131,14 @@ def lab_store():
         import safetensors  # noqa: F401  pylint: disable=unused-import
     except ImportError as exc:
         pytest.skip("the fixture generator needs numpy and safetensors: %s" % exc)
-    cache = tempfile.mkdtemp(prefix="gpufleet-units-lab-")
+    # ansible-test runs each test in a fork of the pytest process, so a session fixture is set up
+    # again in every fork and its teardown never runs: one store per pytest process (generated once,
+    # fixtures.py skips a complete one), removed by pytest_sessionfinish in that process.
+    cache = _run_cache()
     res = subprocess.run([sys.executable, FIXTURES, "--cache", cache], capture_output=True, text=True, check=False)
     if res.returncode != 0:
-        shutil.rmtree(cache, ignore_errors=True)
         pytest.fail("fixtures.py failed: %s" % (res.stderr[-2000:] or res.stdout[-2000:]))
     yield os.path.join(cache, "fixtures")
-    shutil.rmtree(cache, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -112,7 +146,9 @@ def lab_hub_server(lab_store):
     store = lab_store
     cmd = [sys.executable, SERVER, "--store", store, "--api", "127.0.0.1:0", "--cdn", "127.0.0.2:0",
            "--tokens", os.path.join(store, "tokens.json")]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)  # pylint: disable=consider-using-with
+    # The server must end with the (forked) test process that started it, teardown or not.
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # pylint: disable=consider-using-with,subprocess-popen-preexec-fn
+                            preexec_fn=_parent_death_signal(signal.SIGTERM))
     try:
         ready = _ready(proc)
     except ValueError:

@@ -43,7 +43,7 @@ def _lab_olah_venv():
 
 
 @pytest.fixture(scope="module")
-def olah(lab_store):
+def olah(lab_store, die_with_parent):
     """run_olah.py's CLI on a free loopback port over the session's fixture store; yields its URL."""
     if not os.path.exists(RUN_OLAH):
         pytest.skip("tests/lab/olah is not part of this tree (installed collection)")
@@ -53,9 +53,11 @@ def olah(lab_store):
         os.symlink(venv, os.path.join(cache, "olah-venv"))
     env = dict(os.environ, GPUFLEET_LAB_CACHE=cache)
     # --seconds bounds its life should this process die without stopping it.
-    proc = subprocess.Popen(  # pylint: disable=consider-using-with
+    # SIGINT when this (forked) test process ends: run_olah stops olah in its `finally`.
+    proc = subprocess.Popen(  # pylint: disable=consider-using-with,subprocess-popen-preexec-fn
         [sys.executable, RUN_OLAH, "--cache", cache, "--seconds", "1800"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        preexec_fn=die_with_parent(signal.SIGINT))
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     deadline = time.monotonic() + 600  # a first run installs olah's venv from PyPI
