@@ -23,6 +23,8 @@ import urllib.request
 
 import pytest
 
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 LAB = os.path.join(ROOT, "tests", "lab")
 SERVER = os.path.join(LAB, "hub", "server.py")
@@ -184,3 +186,17 @@ def aria2c():
     if not path:
         pytest.skip("aria2c is not installed on this controller (apt-get install aria2)")
     return path
+
+
+@pytest.fixture(scope="session")
+def golden(tmp_path_factory):
+    """A golden Kimi-shaped target + DFlash drafter (model_trees.py), made once."""
+    base = tmp_path_factory.mktemp("golden")
+    model_trees.make_golden(str(base))
+    return str(base)
+
+
+@pytest.fixture
+def trees(golden, tmp_path):
+    """(target, drafter): fresh copies with hf_snapshot-style manifests, for one test to break."""
+    return model_trees.fresh_copy(golden, str(tmp_path / "models"))

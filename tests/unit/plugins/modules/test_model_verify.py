@@ -16,18 +16,6 @@ from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner i
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees as mt
 
 
-@pytest.fixture(scope="module")
-def golden(tmp_path_factory):
-    base = tmp_path_factory.mktemp("golden")
-    mt.make_golden(str(base))
-    return str(base)
-
-
-@pytest.fixture
-def trees(golden, tmp_path):
-    return mt.fresh_copy(golden, str(tmp_path / "models"))
-
-
 def run(capsys, args, check_mode=False):
     return run_module(model_verify.main, capsys, args, check_mode=check_mode)
 
