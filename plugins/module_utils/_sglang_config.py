@@ -1,0 +1,143 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""sglang_config's logic: SGLang server options -> the ``--config`` YAML file, secrets kept out of sight.
+
+Private to the collection: not a public API, may change without notice.
+
+SGLang 0.5.23 reads ``--config FILE.yaml`` by turning each key into ``--<key>``: a key must be the
+long option name in dash form (``tp-size``); ``tp_size`` becomes ``--tp_size`` and is rejected
+(SEED-FACTS.md). Inventories are written with underscores as often as with dashes, so keys are
+normalised here, and two spellings of one option are an error rather than a silent pick.
+
+The file is written as ``key: <JSON value>`` lines: JSON scalars, lists and objects are YAML flow
+values, so no YAML library is needed on the host and the output is byte-stable for the same
+options (keys sorted), which is what makes "changed" mean "the server would start differently".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+
+MASK = "********"
+# Option names whose values are secrets (api-key, admin-api-key, ssl-keyfile-password, *-token).
+SECRET_KEY = re.compile(r"(api-key|password|passwd|secret|credential|(^|-)token$)")
+KEY_SHAPE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+LINE = re.compile(r"^(\s*)([A-Za-z0-9_.-]+)(\s*:\s*)(.*)$")
+HEADER = "# Managed by gpufleet.llm (sglang role): edits are replaced on the next deploy.\n"
+
+
+class ConfigError(Exception):
+    """Bad options; the message names the option and the fix."""
+
+
+def is_secret(key):
+    return bool(SECRET_KEY.search(str(key).lower()))
+
+
+def normalise(options, secrets=None):
+    """Options and secrets -> {dash-key: value}. None values are dropped (they unset a default)."""
+    out = {}
+    origin = {}
+    for source, data in (("options", options or {}), ("secrets", secrets or {})):
+        if not isinstance(data, dict):
+            raise ConfigError("%s must be a dict of SGLang option -> value, got %s" % (source, type(data).__name__))
+        for raw, value in data.items():
+            key = str(raw).strip().lstrip("-").replace("_", "-").lower()
+            if not KEY_SHAPE.match(key):
+                raise ConfigError("%s: %r is not an SGLang option name (long option without the leading "
+                                  "dashes, for example tp-size)" % (source, raw))
+            if key in origin:
+                raise ConfigError("option %s is given twice (as %r and %r): keep one spelling"
+                                  % (key, origin[key], raw))
+            origin[key] = raw
+            if value is None:
+                continue
+            if isinstance(value, (dict, list)) and source == "secrets":
+                raise ConfigError("secret %s must be a string, not a %s" % (key, type(value).__name__))
+            if isinstance(value, float) and value != value:
+                raise ConfigError("option %s is NaN" % key)
+            out[key] = value
+    return out
+
+
+def render(options):
+    """The file's text: a header, then ``key: <JSON>`` per option, keys sorted."""
+    lines = [HEADER]
+    for key in sorted(options):
+        try:
+            value = json.dumps(options[key], sort_keys=True, ensure_ascii=True)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("option %s: value cannot be written to YAML (%s)" % (key, exc))
+        lines.append("%s: %s\n" % (key, value))
+    return "".join(lines)
+
+
+def mask_text(text, secret_values=()):
+    """Text with the values of secret-looking keys, and any given secret value, replaced by MASK."""
+    out = []
+    for line in text.splitlines(True):
+        m = LINE.match(line)
+        if m and is_secret(m.group(2).replace("_", "-")) and m.group(4).strip() not in ("", "null", "~"):
+            line = "%s%s%s%s\n" % (m.group(1), m.group(2), m.group(3), json.dumps(MASK))
+        out.append(line)
+    text = "".join(out)
+    for value in secret_values:
+        if value:
+            text = text.replace(str(value), MASK)
+    return text
+
+
+def masked_options(options):
+    return dict((k, MASK if is_secret(k) else v) for k, v in options.items())
+
+
+def read_text(path):
+    try:
+        with open(path, "r") as handle:
+            return handle.read()
+    except (IOError, OSError) as exc:
+        if getattr(exc, "errno", None) == 2:
+            return None
+        raise ConfigError("cannot read %s: %s" % (path, exc))
+
+
+def write_atomic(path, text, mode, uid=-1, gid=-1):
+    """Write text to path via a temp file in the same directory: readers see the old or the new file.
+
+    The temp file gets its final mode and owner before any byte is written, so a secret is never
+    readable by anyone the final file would not allow.
+    """
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=directory)
+    try:
+        os.fchmod(fd, mode)
+        if uid != -1 or gid != -1:
+            os.fchown(fd, uid, gid)
+        with os.fdopen(fd, "w") as handle:
+            fd = None
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        tmp = None
+    finally:
+        if fd is not None:
+            os.close(fd)
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def keep_previous(path, previous):
+    """Copy the current file beside it (mode and owner kept) before it is replaced."""
+    st = os.stat(path)
+    tmp = previous + ".tmp"
+    shutil.copyfile(path, tmp)
+    os.chmod(tmp, st.st_mode & 0o7777)
+    os.chown(tmp, st.st_uid, st.st_gid)
+    os.replace(tmp, previous)
