@@ -145,7 +145,7 @@ do_teardown_check() { run_pytest tests/lab/tests/test_lab_teardown.py -q; }
 
 do_integration() {
     sync_collection
-    printf 'GPUFLEET_LAB_INVENTORY=%q\nGPUFLEET_LAB_WHEELHOUSE=%q\n' "$INVENTORY" "$CACHE/wheelhouse/tools" \
+    printf 'GPUFLEET_LAB_INVENTORY=%q\nGPUFLEET_LAB_WHEELHOUSE=%q\nGPUFLEET_LAB_DIR=%q\n' "$INVENTORY" "$CACHE/wheelhouse/tools" "$COLL/tests/lab" \
         > "$COLL/tests/integration/lab.env"
     local out=$CACHE/run/integration.log
     (cd "$COLL" && PATH=$VENV/bin:$PATH ansible-test integration --venv --python 3.11 --requirements --color no) 2>&1 | tee "$out"
@@ -209,6 +209,9 @@ do_bench_snapshot() {
     PATH="$VENV/bin:$PATH" "$PY" "$ROOT/tests/lab/bench_snapshot.py" --rounds 3 --collections "$CACHE/collections"
 }
 
+# sglang_bench's client against the lab SGLang stand-in on loopback (figures: client fidelity, not GPUs).
+do_bench_sglang() { "$PY" "$ROOT/tests/lab/bench_sglang.py"; }
+
 run_bench() {
     trap 'stage lab-down do_lab_down || true; summary' EXIT
     setup
@@ -216,6 +219,7 @@ run_bench() {
     stage bench-hub do_bench_hub
     stage bench-verify do_bench_verify
     stage bench-snapshot do_bench_snapshot
+    stage bench-sglang do_bench_sglang
 }
 
 run_demo() {

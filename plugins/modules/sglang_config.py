@@ -42,7 +42,7 @@ options:
     type: path
     required: true
   options:
-    description: SGLang server options, option name -> value (for example C(tp-size: 8), C(trust_remote_code: true)).
+    description: "SGLang server options, option name -> value (for example C(tp-size: 8), C(trust_remote_code: true))."
     type: dict
     default: {}
   secrets:

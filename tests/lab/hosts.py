@@ -93,6 +93,11 @@ def sglang_requirements() -> Path:
     return REPO / "requirements" / "sglang-host.txt"
 
 
+def standin_source() -> Path:
+    """The lab's SGLang stand-in, baked into the SGLang venv (started as `-m gpufleet_lab_sglang`)."""
+    return HERE / "sglang_standin" / "gpufleet_lab_sglang.py"
+
+
 def wheelhouse_script() -> Path:
     return HERE / "wheelhouse.py"
 
@@ -114,7 +119,11 @@ def base_recipe_hash() -> str:
 def sglang_recipe_hash() -> str:
     req = sglang_requirements()
     content = req.read_bytes() if req.exists() else b""
-    return hashlib.sha256(SGLANG_PREFIX.encode() + b"\0" + content).hexdigest()[:16]
+    # The stand-in's bytes are part of the layer: editing it makes the state `need-sglang`, and
+    # install_sglang() (which rebuilds the venv from scratch) copies the new file in.
+    standin = standin_source()
+    standin_bytes = standin.read_bytes() if standin.exists() else b""
+    return hashlib.sha256(SGLANG_PREFIX.encode() + b"\0" + content + b"\0" + standin_bytes).hexdigest()[:16]
 
 
 def read_stamp() -> dict:
@@ -231,13 +240,17 @@ def sglang_install_commands(wheels_mnt: str) -> list[list[str]]:
 def install_sglang(root: Path) -> None:
     wheels = ensure_wheelhouse()
     req = sglang_requirements()
+    standin = standin_source()
+    if not standin.exists():
+        raise LabError(f"{standin} is missing")
     log(f"installing SGLang {SGLANG_VERSION} into the rootfs at {SGLANG_PREFIX} ...")
     q = shlex.quote
     chroot = f"chroot {q(str(root))} /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root"
     installs = "\n".join(f"{chroot} {' '.join(q(a) for a in cmd)}"
                          for cmd in sglang_install_commands("/mnt/wheelhouse"))
-    check = ("import sglang, importlib.metadata as m; "
-             "print('sglang', m.version('sglang'), 'imports in the rootfs')")
+    check = ("import sglang, gpufleet_lab_sglang, importlib.metadata as m; "
+             "print('sglang', m.version('sglang'), 'and the lab stand-in import in the rootfs')")
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
     # A private mount namespace drops every bind mount when the install ends, even on a crash;
     # a private empty netns proves the install needs no network (--no-index).
     script = f"""
@@ -251,6 +264,8 @@ mount --rbind /dev "$R/dev"
 rm -rf "$R{SGLANG_PREFIX}"
 {chroot} /usr/bin/python3 -m venv {SGLANG_PREFIX}
 {installs}
+SP=$({chroot} {SGLANG_PREFIX}/bin/python -c {q(purelib)})
+install -m 0644 {q(str(standin))} "$R$SP/gpufleet_lab_sglang.py"
 {chroot} {SGLANG_PREFIX}/bin/python -c {q(check)}
 """
     _run(["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", script],

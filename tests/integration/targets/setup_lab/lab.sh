@@ -8,6 +8,8 @@ LAB_ENV=$(dirname "${BASH_SOURCE[0]}")/../../lab.env
 [ -f "$LAB_ENV" ] && . "$LAB_ENV"
 INVENTORY=${GPUFLEET_LAB_INVENTORY:-$HOME/.cache/gpufleet-lab/run/inventory.ini}
 WHEELHOUSE=${GPUFLEET_LAB_WHEELHOUSE:-$HOME/.cache/gpufleet-lab/wheelhouse/tools}
+# The lab's own files (tests/lab: prepare-hosts.yml, the stand-in nvidia-smi, demo vars).
+LAB_DIR=${GPUFLEET_LAB_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../../lab" 2>/dev/null && pwd || echo "")}
 # The lab cache: inventory is <cache>/run/inventory.ini.
 LAB_CACHE=$(cd "$(dirname "$INVENTORY")/.." 2>/dev/null && pwd || echo "$HOME/.cache/gpufleet-lab")
 if [ ! -f "$INVENTORY" ]; then
@@ -15,7 +17,7 @@ if [ ! -f "$INVENTORY" ]; then
     exit 1
 fi
 export ANSIBLE_HOST_KEY_CHECKING=False
-export INVENTORY WHEELHOUSE LAB_CACHE
+export INVENTORY WHEELHOUSE LAB_CACHE LAB_DIR
 
 # Common ansible-playbook arguments of a target (set by the target before calling play).
 PLAY_ARGS=(-i "$INVENTORY")

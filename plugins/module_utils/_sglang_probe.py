@@ -1,0 +1,283 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""sglang_probe's logic: is the SGLang server at a URL up, serving the expected model, generating,
+and (for a speculative server) accepting enough draft tokens?
+
+Private to the collection: not a public API, may change without notice. No Ansible imports.
+
+Order of the checks, each failing with what failed, the URL path, the numbers and a fix:
+
+1. ``/health`` until 200 (``timeout``/``interval``): loading a 589 GB model takes many minutes.
+2. ``/model_info`` (``/get_model_info`` on older servers): ``model_path`` equals
+   ``expect_model_path`` after ``os.path.normpath`` on both. Deliberately not ``realpath``: the role
+   configures the server with the verified commit directory, and a server started on
+   ``<name>/current`` would "match" a new commit through the symlink while still holding the old
+   weights in memory.
+3. Smoke generation (``POST /generate``, temperature 0): at least one token comes back; its
+   ``completion_tokens / spec_verify_ct`` is the request's accept length.
+4. ``/server_info`` (``/get_server_info``), read after the smoke so its average includes it:
+   ``version``, ``standin`` (the lab's stand-in says so), speculative settings and
+   ``internal_states[0].avg_spec_accept_length``.
+5. ``min_accept_length`` > 0: the server must be speculative, and its accept length (the server's
+   average; the smoke request's when the server reports none) must reach the minimum.
+
+Everything here only reads: a smoke generation changes nothing on the server, so check mode runs
+the same checks.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from urllib import parse as _urlparse
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_http as _http
+
+DEFAULT_PROMPT = "The capital of France is"
+JOURNAL_HINT = "journalctl -u sglang-<instance>.service"
+STANDIN_NOTICE = ("the server is the lab's SGLang stand-in (standin: true in /server_info), not SGLang: its "
+                  "accept length and timings are a model, and say nothing about GPUs")
+
+
+class ProbeError(Exception):
+    """A failed check; ``result`` holds what was learnt before it."""
+
+    def __init__(self, msg, result):
+        super(ProbeError, self).__init__(msg)
+        self.msg = msg
+        self.result = result
+
+    def __str__(self):
+        return self.msg
+
+
+def _num(value):
+    return ("%.3f" % value).rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+
+
+def check_params(params):
+    """Problems with the numbers, as messages (empty when fine)."""
+    problems = []
+    if params["timeout"] < 0:
+        problems.append("timeout must be >= 0 seconds (got %s)" % _num(params["timeout"]))
+    if params["interval"] <= 0:
+        problems.append("interval must be > 0 seconds (got %s)" % _num(params["interval"]))
+    if params["request_timeout"] <= 0:
+        problems.append("request_timeout must be > 0 seconds (got %s)" % _num(params["request_timeout"]))
+    if params["smoke_max_new_tokens"] < 1:
+        problems.append("smoke_max_new_tokens must be >= 1 (got %s)" % params["smoke_max_new_tokens"])
+    if params["min_accept_length"] < 0:
+        problems.append("min_accept_length must be >= 0; 0 turns the check off (got %s)"
+                        % _num(params["min_accept_length"]))
+    if params.get("ca_path") and not os.path.isfile(params["ca_path"]):
+        problems.append("ca_path %s is not a file on this host" % params["ca_path"])
+    return problems
+
+
+def url_password(url):
+    """The password part of a URL with credentials (to mask it), or None."""
+    try:
+        return _urlparse.urlsplit(url or "").password
+    except ValueError:
+        return None
+
+
+def _auth_hint(api_key):
+    if api_key:
+        return "the api_key given is not the server's api-key (the api-key option in its config)"
+    return "the server requires an API key: set api_key to the api-key in its config"
+
+
+class _Client(object):
+    def __init__(self, params):
+        self.url = params["url"]
+        self.kw = dict(api_key=params.get("api_key") or None, validate_certs=params["validate_certs"],
+                       ca_path=params.get("ca_path") or None)
+        self.timeout = params["request_timeout"]
+
+    def get_json(self, paths, result):
+        """GET the first of ``paths`` that is not 404; fail on anything but a JSON object with 200."""
+        status, data, path = None, None, paths[0]
+        for path in paths:
+            status, data = self._call(path, "GET", None, result)
+            if status != 404:
+                break
+        self._check_status(path, status, data, result)
+        if not isinstance(data, dict):
+            raise ProbeError("GET %s%s answered 200 without a JSON object (%r): is this an SGLang server?"
+                             % (self.url, path, data), result)
+        return path, data
+
+    def _call(self, path, method, body, result):
+        try:
+            return _http.call(self.url, path, method=method, body=body, timeout=self.timeout, **self.kw)
+        except _http.SGLangHTTPError as exc:
+            raise ProbeError("%s; the server was healthy moments ago: see %s" % (exc.msg, JOURNAL_HINT), result)
+
+    def _check_status(self, path, status, data, result):
+        if status == 200:
+            return
+        detail = _http.error_text(data)
+        detail = ": %s" % detail if detail else ""
+        if status in (401, 403):
+            raise ProbeError("%s%s answered %d (authentication failed%s): %s"
+                             % (self.url, path, status, detail, _auth_hint(self.kw["api_key"])), result)
+        raise ProbeError("%s%s answered %d%s; see %s" % (self.url, path, status, detail, JOURNAL_HINT), result)
+
+    def post(self, path, body, result):
+        status, data = self._call(path, "POST", body, result)
+        self._check_status(path, status, data, result)
+        if not isinstance(data, dict):
+            raise ProbeError("POST %s%s answered 200 without a JSON object (%r)" % (self.url, path, data), result)
+        return data
+
+
+def _health_hint(exc, timeout):
+    if exc.status is None and "refused" in exc.msg:
+        return ("nothing listens at that address: is the service running (systemctl status "
+                "sglang-<instance>.service) and is url its host:port? See %s" % JOURNAL_HINT)
+    if exc.status == 503:
+        return ("the server is still loading or never became ready after %ss: a large model takes many minutes "
+                "(raise timeout), or it is stuck; see %s" % (_num(float(timeout)), JOURNAL_HINT))
+    return "see %s" % JOURNAL_HINT
+
+
+def _server_accept(info):
+    """(avg_spec_accept_length or None, spec_verify_ct_total or None) from /server_info."""
+    states = info.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        avg = states[0].get("avg_spec_accept_length")
+        total = states[0].get("spec_verify_ct_total")
+        return (float(avg) if isinstance(avg, (int, float)) and not isinstance(avg, bool) else None,
+                total if isinstance(total, int) else None)
+    return None, None
+
+
+def _smoke(client, params, result):
+    body = {"text": params["smoke_prompt"],
+            "sampling_params": {"max_new_tokens": params["smoke_max_new_tokens"], "temperature": 0}}
+    t0 = time.monotonic()
+    data = client.post("/generate", body, result)
+    latency = time.monotonic() - t0
+    meta = data.get("meta_info") if isinstance(data.get("meta_info"), dict) else {}
+    completion = meta.get("completion_tokens")
+    verify = meta.get("spec_verify_ct")
+    smoke = dict(completion_tokens=completion, spec_verify_ct=verify, latency=round(latency, 4),
+                 accept_length=None, finish_reason=meta.get("finish_reason"))
+    if isinstance(completion, int) and isinstance(verify, int) and verify > 0:
+        smoke["accept_length"] = round(float(completion) / verify, 4)
+    result["smoke"] = smoke
+    if not isinstance(completion, int) or completion < 1:
+        raise ProbeError("POST %s/generate (smoke, max_new_tokens %d) returned no tokens (completion_tokens %r): "
+                         "the server answers but does not generate; see %s"
+                         % (client.url, params["smoke_max_new_tokens"], completion, JOURNAL_HINT), result)
+    return smoke
+
+
+def _mark_standin(result):
+    if not result["standin"]:
+        result["standin"] = True
+        result["notices"].append(STANDIN_NOTICE)
+
+
+def probe(params):
+    """Run the checks; returns the result dict, raises ProbeError (with the partial result)."""
+    result = dict(changed=False, healthy=False, url=params.get("url"), waited=None, polls=0, model_path=None,
+                  served_model_name=None, version=None, standin=False, speculative=None,
+                  speculative_algorithm=None, accept_length=None, spec_verify_ct_total=None, smoke=None,
+                  min_accept_length=params["min_accept_length"], checks=[], notices=[])
+    try:
+        params = dict(params, url=_http.validate_base_url(params["url"]))
+    except _http.SGLangHTTPError as exc:
+        raise ProbeError(exc.msg, result)
+    result["url"] = params["url"]
+    problems = check_params(params)
+    if problems:
+        raise ProbeError("; ".join(problems), result)
+    client = _Client(params)
+
+    # 1. health
+    try:
+        health = _http.wait_healthy(params["url"], params["timeout"], params["interval"],
+                                    request_timeout=min(params["request_timeout"], 30.0), **client.kw)
+    except _http.SGLangHTTPError as exc:
+        result.update(polls=exc.polls or 0, waited=exc.waited)
+        if exc.status in (401, 403):
+            raise ProbeError(exc.msg, result)
+        raise ProbeError("%s; %s" % (exc.msg, _health_hint(exc, params["timeout"])), result)
+    result.update(healthy=True, waited=health["waited"], polls=health["polls"])
+    result["checks"].append("health: /health answered 200 after %ss (%d polls)"
+                            % (_num(float(health["waited"])), health["polls"]))
+
+    # 2. model
+    path, info = client.get_json(["/model_info", "/get_model_info"], result)
+    served = info.get("model_path")
+    result["model_path"] = served
+    result["served_model_name"] = info.get("served_model_name")
+    if info.get("standin") is True:
+        _mark_standin(result)
+    expect = params.get("expect_model_path")
+    if expect:
+        if not isinstance(served, str) or not served:
+            raise ProbeError("GET %s%s has no model_path (answer keys: %s); cannot check expect_model_path %s"
+                             % (params["url"], path, ", ".join(sorted(info)) or "none", expect), result)
+        if os.path.normpath(served) != os.path.normpath(expect):
+            raise ProbeError(
+                "GET %s%s: the server serves model_path %s, expected %s: the server answers for another model "
+                "(its config names another model-path, or it was not restarted after the config changed); "
+                "check model-path in /etc/sglang/<instance>.yaml and %s"
+                % (params["url"], path, served, expect, JOURNAL_HINT), result)
+        result["checks"].append("model: %s serves %s" % (path, served))
+
+    # 3. smoke
+    if params["smoke"]:
+        smoke = _smoke(client, params, result)
+        result["checks"].append("smoke: /generate returned %d tokens in %ss (spec_verify_ct %s)"
+                                % (smoke["completion_tokens"], _num(smoke["latency"]), smoke["spec_verify_ct"]))
+
+    # 4. server info
+    path, sinfo = client.get_json(["/server_info", "/get_server_info"], result)
+    result["version"] = sinfo.get("version")
+    if sinfo.get("standin") is True:
+        _mark_standin(result)
+    algo = sinfo.get("speculative_algorithm")
+    avg, total = _server_accept(sinfo)
+    result.update(accept_length=avg, spec_verify_ct_total=total,
+                  speculative_algorithm=algo if algo not in ("", "NONE") else None)
+    result["speculative"] = bool(result["speculative_algorithm"]) or avg is not None
+
+    # 5. accept length
+    minimum = params["min_accept_length"]
+    if minimum > 0:
+        _check_accept(params, result, path, minimum)
+    return result
+
+
+def _check_accept(params, result, path, minimum):
+    smoke = result.get("smoke") or {}
+    smoke_accept = smoke.get("accept_length")
+    avg = result["accept_length"]
+    if not result["speculative"]:
+        raise ProbeError(
+            "min_accept_length is %s but the server at %s is not speculative: %s%s has no speculative_algorithm "
+            "and internal_states[0] has no avg_spec_accept_length, so there is no accept length to check; "
+            "configure the drafter (speculative-algorithm, speculative-draft-model-path) or set "
+            "min_accept_length 0 for an autoregressive server" % (_num(minimum), params["url"], params["url"], path),
+            result)
+    measured, source = (avg, "server average") if avg is not None else (smoke_accept, "smoke request")
+    numbers = "server avg_spec_accept_length %s (%s%s internal_states[0]), smoke request %s (%s completion tokens / " \
+              "%s verify steps)" % (_num(avg) if avg is not None else "absent", params["url"], path,
+                                    _num(smoke_accept) if smoke_accept is not None else "n/a",
+                                    smoke.get("completion_tokens", "n/a"), smoke.get("spec_verify_ct", "n/a"))
+    if measured is None:
+        raise ProbeError("min_accept_length is %s but the server reports no accept length: %s; enable smoke (its "
+                         "meta_info.spec_verify_ct gives one) or see %s" % (_num(minimum), numbers, JOURNAL_HINT),
+                         result)
+    if measured < minimum:
+        raise ProbeError(
+            "accept length %s (%s) is below min_accept_length %s: %s. The drafter does not fit the target well: "
+            "check speculative-draft-model-path and that the drafter was trained for this target revision, "
+            "or lower min_accept_length" % (_num(measured), source, _num(minimum), numbers), result)
+    result["checks"].append("accept length: %s (%s) >= %s; %s" % (_num(measured), source, _num(minimum), numbers))

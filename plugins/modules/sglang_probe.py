@@ -1,0 +1,259 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_probe
+short_description: Check that a running SGLang server is healthy, serves the expected model and generates
+version_added: 0.1.0
+description:
+  - "Waits until the server's C(/health) answers 200 (polling every O(interval) seconds for at most O(timeout)
+    seconds: loading a 589 GB model takes many minutes), then checks that C(/model_info) reports O(expect_model_path)
+    as its C(model_path), runs one smoke generation through C(/generate) (temperature 0), and reads the version and
+    the speculative decoding accept length from C(/server_info)."
+  - "With O(min_accept_length) above 0 the server must be speculative, and its accept length (the server's
+    C(internal_states[0].avg_spec_accept_length), read after the smoke request; the smoke request's
+    C(completion_tokens / spec_verify_ct) when the server reports none) must reach the minimum."
+  - "Every failure names what failed, the URL path, the numbers and a fix (for example the service's journal)."
+  - Sends the API key, when set, only as an C(Authorization) bearer header; it never appears in results or messages.
+  - "Runs on the host the server runs on (the default O(url) is loopback) with the Python standard library only."
+  - Never reports a change.
+author:
+  - gpufleet.llm maintainers (@gpufleet)
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Read-only; check mode runs the same checks, the smoke generation included (it changes nothing on the server).
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
+    support: full
+options:
+  url:
+    description:
+      - Base URL of the server, C(http) or C(https), without a path. The C(sglang) role's C(sglang_service.url).
+      - Must not contain credentials; use O(api_key).
+    type: str
+    default: http://127.0.0.1:30000
+  api_key:
+    description:
+      - The server's C(api-key). Sent as C(Authorization Bearer) to every endpoint when set.
+      - Without it, a server that has an API key fails the probe with an authentication error.
+    type: str
+  timeout:
+    description:
+      - Seconds to wait for C(/health) to answer 200. V(0) polls once.
+    type: float
+    default: 3600
+  interval:
+    description: Seconds between C(/health) polls.
+    type: float
+    default: 5
+  request_timeout:
+    description: Seconds one request may take (the smoke generation included); each C(/health) poll waits at most 30.
+    type: float
+    default: 300
+  expect_model_path:
+    description:
+      - The path the server must report as C(model_path) in C(/model_info), compared after normalisation (C(//),
+        C(/./), trailing slashes). Symlinks are not resolved on purpose, so a server configured with
+        C(<name>/current) does not pass for a commit directory.
+      - Omit to skip the check.
+    type: path
+  smoke:
+    description: Run one generation through C(/generate) and require at least one token back.
+    type: bool
+    default: true
+  smoke_prompt:
+    description: The prompt of the smoke generation.
+    type: str
+    default: The capital of France is
+  smoke_max_new_tokens:
+    description: C(max_new_tokens) of the smoke generation.
+    type: int
+    default: 16
+  min_accept_length:
+    description:
+      - Minimum speculative decoding accept length (tokens per verify step). V(0) does not check.
+      - Above 0, a server without speculative decoding fails the probe.
+    type: float
+    default: 0
+  validate_certs:
+    description: Verify the server's TLS certificate (https only).
+    type: bool
+    default: true
+  ca_path:
+    description: A PEM CA bundle to verify the server's certificate with (https only).
+    type: path
+seealso:
+  - name: sglang_probe documentation
+    description: The checks, the messages and how the accept length is read.
+    link: https://github.com/gpufleet/gpufleet.llm/blob/main/docs/sglang_probe.md
+  - module: gpufleet.llm.sglang_preflight
+notes:
+  - "SGLang's own endpoints are used: C(/health), C(/model_info) and C(/server_info) (or C(/get_model_info) and
+    C(/get_server_info) on servers without the newer names), C(/generate)."
+  - "Against the lab's SGLang stand-in (C(standin: true) in C(/server_info)) the module warns that its figures are a
+    model and say nothing about GPUs, and returns RV(standin)=true."
+"""
+
+EXAMPLES = r"""
+- name: Wait for the server and check it serves the verified commit with a working drafter
+  gpufleet.llm.sglang_probe:
+    url: http://127.0.0.1:30000
+    api_key: "{{ sglang_api_key }}"
+    expect_model_path: /srv/models/Kimi-K2.6/3f2a9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b
+    min_accept_length: 2.5
+    timeout: 3600
+  register: probe
+
+- name: Report
+  ansible.builtin.debug:
+    msg: "SGLang {{ probe.version }} serves {{ probe.model_path }}, accept length {{ probe.accept_length }}"
+
+- name: Just wait for health, no generation
+  gpufleet.llm.sglang_probe:
+    url: http://10.0.4.11:30000
+    smoke: false
+    timeout: 600
+    interval: 10
+"""
+
+RETURN = r"""
+healthy:
+  description: Whether C(/health) answered 200.
+  returned: always
+  type: bool
+url:
+  description: The base URL probed.
+  returned: always
+  type: str
+  sample: http://127.0.0.1:30000
+waited:
+  description: Seconds until C(/health) answered 200.
+  returned: success
+  type: float
+  sample: 412.5
+polls:
+  description: C(/health) requests made.
+  returned: always
+  type: int
+model_path:
+  description: C(model_path) from C(/model_info).
+  returned: success
+  type: str
+  sample: /srv/models/Kimi-K2.6/3f2a9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b
+served_model_name:
+  description: C(served_model_name) from C(/model_info), when the server reports one.
+  returned: success
+  type: str
+version:
+  description: C(version) from C(/server_info).
+  returned: success
+  type: str
+  sample: 0.5.23
+standin:
+  description: True when the server is the lab's SGLang stand-in, whose figures say nothing about GPUs.
+  returned: always
+  type: bool
+speculative:
+  description: Whether the server runs speculative decoding (a C(speculative_algorithm) or an accept length reported).
+  returned: success
+  type: bool
+speculative_algorithm:
+  description: C(speculative_algorithm) from C(/server_info), null when none.
+  returned: success
+  type: str
+  sample: DFLASH
+accept_length:
+  description: C(internal_states[0].avg_spec_accept_length) from C(/server_info) (read after the smoke request);
+    null on a server without speculative decoding.
+  returned: success
+  type: float
+  sample: 3.42
+spec_verify_ct_total:
+  description: C(internal_states[0].spec_verify_ct_total) from C(/server_info), when the server reports it.
+  returned: success
+  type: int
+smoke:
+  description: The smoke generation; null when O(smoke=false).
+  returned: success
+  type: dict
+  contains:
+    completion_tokens:
+      description: Tokens generated.
+      type: int
+    spec_verify_ct:
+      description: Verify steps (speculative servers only).
+      type: int
+    accept_length:
+      description: C(completion_tokens / spec_verify_ct), null without speculative decoding.
+      type: float
+    latency:
+      description: Seconds the request took, as seen by the module.
+      type: float
+    finish_reason:
+      description: C(meta_info.finish_reason).
+      type: dict
+  sample: {"completion_tokens": 16, "spec_verify_ct": 5, "accept_length": 3.2, "latency": 0.41,
+           "finish_reason": {"type": "length", "length": 16}}
+min_accept_length:
+  description: The minimum checked (0 = not checked).
+  returned: always
+  type: float
+checks:
+  description: One line per check passed, with its numbers.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_probe
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", default="http://127.0.0.1:30000"),
+            api_key=dict(type="str", no_log=True),
+            timeout=dict(type="float", default=3600),
+            interval=dict(type="float", default=5),
+            request_timeout=dict(type="float", default=300),
+            expect_model_path=dict(type="path"),
+            smoke=dict(type="bool", default=True),
+            smoke_prompt=dict(type="str", default=_sglang_probe.DEFAULT_PROMPT),
+            smoke_max_new_tokens=dict(type="int", default=16, no_log=False),  # a token count, not a secret
+            min_accept_length=dict(type="float", default=0),
+            validate_certs=dict(type="bool", default=True),
+            ca_path=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    # A password in the URL is refused by the probe; it must not be echoed back in the invocation either.
+    password = _sglang_probe.url_password(module.params["url"])
+    if password:
+        module.no_log_values.add(password)
+    try:
+        result = _sglang_probe.probe(module.params)
+    except _sglang_probe.ProbeError as exc:
+        result = exc.result
+        for notice in result.pop("notices", []):
+            module.warn(notice)
+        module.fail_json(msg=exc.msg, **result)
+    for notice in result.pop("notices", []):
+        module.warn(notice)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,814 @@
+"""gpufleet lab SGLang STAND-IN: a small server started where SGLang would run. It is NOT SGLang.
+
+The lab has no GPU, so the sglang role's unit runs this module in the lab instead of
+`sglang.launch_server` (role variable `sglang_launch_module: gpufleet_lab_sglang`). It is started
+exactly as SGLang is:
+
+    <python> -m gpufleet_lab_sglang --config /etc/sglang/<instance>.yaml [--key value | --flag ...]
+
+and models, openly, what the collection depends on: the same dash-form YAML (an underscore key or
+an unknown key exits 2 naming it, as SGLang 0.5.23 does), the cache directories a real start writes
+to, a loader that opens every shard with safetensors (a bad model exits 1 naming the file),
+/health 503 while "loading" then 200, /model_info, /server_info, /generate (also streamed), an API
+key, multi-node ranks. Its speed figures come from the delay model below and say NOTHING about
+GPU performance. Contract: the project's standin contract (issue 5; used by issue 6).
+
+Only the standard library plus safetensors, numpy and PyYAML (all in the lab's SGLang venv).
+
+Delay and accept model (open on purpose, so tests can predict what they measure)
+---------------------------------------------------------------------------------
+- Every verify step sleeps STEP_MS milliseconds (`GPUFLEET_STANDIN_STEP_MS`, default 20), paced
+  against a per-request deadline so HTTP overhead does not accumulate. Requests are served by
+  threads and step in parallel, as a batching server would: throughput scales with concurrency.
+- Not speculative (no `speculative-algorithm`): one token per step; spec_verify_ct = steps.
+- Speculative: each step emits k = 1 + Binomial(block - 1, p) tokens, truncated to what is left of
+  max_new_tokens. block = `speculative-num-draft-tokens`, else the drafter's config.json
+  `block_size`, else 8. p = (ACCEPT_MEAN - 1) / (block - 1), so the untruncated mean of k is
+  ACCEPT_MEAN (`GPUFLEET_STANDIN_ACCEPT_MEAN`, default 3.5, must lie in [1, block]). A speculative
+  step costs STEP_MS * SPEC_COST ms (`GPUFLEET_STANDIN_SPEC_COST`, default 1.2).
+- Randomness: `random.Random(f"{SEED}:{request_number}")` per request (`GPUFLEET_STANDIN_SEED`,
+  default 0; request_number counts /generate requests from 0 in arrival order): a given sequence
+  of requests gives the same draws.
+- Hence, at equal concurrency, predicted speedup = ACCEPT_MEAN / SPEC_COST before truncation;
+  exactly, for requests of N new tokens, accept length = N / E[steps(N)] (what
+  completion_tokens / spec_verify_ct summed over many requests converges to, and what /server_info
+  reports) and speedup = N / (E[steps(N)] * SPEC_COST): see predicted_accept_mean(),
+  expected_verify_steps(), predicted_speedup(). (The mean of per-request ratios is a different,
+  slightly larger number.)
+- /server_info `internal_states[0].avg_spec_accept_length` = total completion tokens / total
+  verify steps over all finished /generate requests (1.0 before any; absent when not
+  speculative, as SGLang omits it). `standin_model` there reports the knobs in effect.
+
+Other knobs: `GPUFLEET_STANDIN_LOAD_SECONDS` (default 2): extra seconds of "loading" after the
+model was read (/health 503 meanwhile). `GPUFLEET_STANDIN_NEVER_READY=1`: /health stays 503 forever
+(rollback tests). SIGTERM/SIGINT: stop serving, log `standin: stopped`, exit 0.
+
+Exit codes: 0 stopped by signal, 1 start-up failure (cache dir not writable, bad model, port
+taken), 2 bad configuration (as argparse).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import http.server
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+import threading
+import time
+from math import comb
+from pathlib import Path
+
+PROG = "gpufleet_lab_sglang"
+VERSION = "0.5.23-standin"
+LOG_PREFIX = "standin: "
+
+# Options the stand-in reads (SGLang dash form) -> (type, default).
+OPTIONS = {
+    "model-path": (str, None),
+    "host": (str, "127.0.0.1"),
+    "port": (int, 30000),
+    "api-key": (str, None),
+    "served-model-name": (str, None),
+    "tp-size": (int, 1),
+    "mem-fraction-static": (float, None),
+    "trust-remote-code": (bool, False),
+    "speculative-algorithm": (str, None),
+    "speculative-draft-model-path": (str, None),
+    "speculative-num-draft-tokens": (int, None),
+    "nnodes": (int, 1),
+    "node-rank": (int, 0),
+    "dist-init-addr": (str, None),
+}
+# Real SGLang options the stand-in accepts and ignores (anything else is unknown -> exit 2).
+IGNORED_OPTIONS = {
+    "context-length": (int, None),
+    "attention-backend": (str, None),
+    "log-level": (str, "info"),
+    "dtype": (str, "auto"),
+    "chunked-prefill-size": (int, None),
+    "cuda-graph-max-bs": (int, None),
+    "max-running-requests": (int, None),
+    "enable-metrics": (bool, False),
+    "watchdog-timeout": (float, None),
+}
+ALL_OPTIONS = {**OPTIONS, **IGNORED_OPTIONS}
+SPEC_ALGORITHMS = ("DFLASH", "EAGLE", "EAGLE3", "NEXTN")
+
+DEFAULT_BLOCK = 8
+MAX_BODY = 16 << 20
+SHM_BYTES = 1 << 20
+REQUEST_TIMEOUT = 120.0  # a client that stops sending is dropped, never waited on forever
+STOP_JOIN_SECONDS = 1.5  # SIGTERM -> exit within 2 s
+
+# Deterministic output "tokens": words from a fixed vocabulary.
+VOCAB = (
+    "the a model server token draft verify accept block step cache shard tensor weight layer "
+    "expert router lab stand in fleet gpu node rank batch stream ready health config commit "
+    "revision hub mirror snapshot loader index header offset byte check sum hash quick brown "
+    "fox jumps over lazy dog alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu"
+).split()
+
+
+class ConfigError(Exception):
+    """Bad configuration: exit 2 (as argparse)."""
+
+
+class StartError(Exception):
+    """Start-up failure: exit 1."""
+
+
+def log(msg: str) -> None:
+    print(LOG_PREFIX + msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- the accept model (pure)
+
+def accept_probability(block: int, mean: float) -> float:
+    """p of the Binomial(block - 1, p) extra tokens so that E[k] = mean (before truncation)."""
+    if block < 1:
+        raise ValueError(f"block must be >= 1, got {block}")
+    if not 1.0 <= mean <= block:
+        raise ValueError(f"accept mean {mean} must lie in [1, {block}]")
+    return 0.0 if block == 1 else (mean - 1.0) / (block - 1)
+
+
+def _k_distribution(block: int, mean: float) -> list[float]:
+    """P(k) for k = 0..block (k = 0 has probability 0): k = 1 + Binomial(block - 1, p)."""
+    p = accept_probability(block, mean)
+    n = block - 1
+    dist = [0.0] * (block + 1)
+    for extra in range(n + 1):
+        dist[1 + extra] = comb(n, extra) * p ** extra * (1.0 - p) ** (n - extra)
+    return dist
+
+
+def expected_verify_steps(block: int, mean: float, max_new_tokens: int) -> float:
+    """E[number of verify steps] to emit exactly max_new_tokens tokens, truncation included."""
+    dist = _k_distribution(block, mean)
+    steps = [0.0] * (max_new_tokens + 1)
+    for n in range(1, max_new_tokens + 1):
+        steps[n] = 1.0 + sum(pk * steps[max(n - k, 0)] for k, pk in enumerate(dist) if pk)
+    return steps[max_new_tokens]
+
+
+def predicted_accept_mean(block: int, mean: float, max_new_tokens: int) -> float:
+    """What completion_tokens / spec_verify_ct summed over many requests of max_new_tokens each
+    converges to (the figure /server_info reports): N / E[steps(N)]. 1.0 for N = 0."""
+    if max_new_tokens <= 0:
+        return 1.0
+    return max_new_tokens / expected_verify_steps(block, mean, max_new_tokens)
+
+
+def predicted_speedup(block: int, mean: float, max_new_tokens: int, spec_cost: float) -> float:
+    """Speculative vs autoregressive throughput at equal concurrency (same requests)."""
+    return predicted_accept_mean(block, mean, max_new_tokens) / spec_cost
+
+
+def draw_step_tokens(rng: random.Random, block: int, p: float, left: int) -> int:
+    """One speculative verify step: 1 + Binomial(block - 1, p), truncated to `left`."""
+    k = 1 + sum(1 for _ in range(block - 1) if rng.random() < p)
+    return min(k, left)
+
+
+# ---------------------------------------------------------------- configuration
+
+def _env_float(name: str, default: float, low: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if low is not None and value < low:
+        raise ConfigError(f"{name}={raw!r} must be >= {low}")
+    return value
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+
+
+def _unrecognized(key: str) -> ConfigError:
+    hint = ""
+    if "_" in key:
+        hint = (f" (SGLang 0.5.23 turns each config key into --<key> verbatim: write it in dash "
+                f"form, {key.replace('_', '-')})")
+    return ConfigError(f"unrecognized arguments: --{key}{hint}")
+
+
+def _coerce(key: str, value, typ):
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ConfigError(f"argument --{key}: expected a boolean, got {value!r}")
+    if value is None:
+        return None
+    if isinstance(value, bool) or isinstance(value, (list, dict)):
+        raise ConfigError(f"argument --{key}: invalid {typ.__name__} value: {value!r}")
+    try:
+        return typ(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"argument --{key}: invalid {typ.__name__} value: {value!r}") from None
+
+
+def _parse_cli(argv: list[str]) -> tuple[str | None, dict]:
+    """--config FILE plus `--key value` / `--key=value` / `--flag` overrides."""
+    config_file = None
+    overrides: dict = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--") or arg == "--":
+            raise ConfigError(f"unrecognized arguments: {arg}")
+        key, eq, value = arg[2:].partition("=")
+        if key not in ALL_OPTIONS and key != "config":
+            raise _unrecognized(key)
+        if not eq:
+            if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                value = argv[i + 1]
+                i += 1
+            elif ALL_OPTIONS.get(key, (str,))[0] is bool:
+                value = True
+            else:
+                raise ConfigError(f"argument --{key}: expected one argument")
+        if key == "config":
+            config_file = value
+        else:
+            overrides[key] = value
+        i += 1
+    return config_file, overrides
+
+
+def _read_yaml(path: str) -> dict:
+    import yaml  # noqa: PLC0415 (only needed with --config)
+
+    if not path.endswith((".yaml", ".yml")):
+        raise ConfigError(f"--config {path}: the config file must end in .yaml")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as e:
+        raise ConfigError(f"--config {path}: cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--config {path}: not valid YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: must be a mapping of options")
+    return data
+
+
+def load_config(argv: list[str]) -> dict:
+    """Merged options, dash form, every known key present (defaults filled in)."""
+    config_file, overrides = _parse_cli(argv)
+    merged: dict = {}
+    if config_file is not None:
+        for key, value in _read_yaml(config_file).items():
+            key = str(key)
+            if key not in ALL_OPTIONS:
+                raise _unrecognized(key)
+            merged[key] = value
+    merged.update(overrides)  # the command line wins, as in SGLang
+    config = {}
+    for key, (typ, default) in ALL_OPTIONS.items():
+        config[key] = _coerce(key, merged[key], typ) if key in merged else default
+    if not config["model-path"]:
+        raise ConfigError("the following arguments are required: --model-path")
+    algo = config["speculative-algorithm"]
+    if algo is not None:
+        if algo.upper() not in SPEC_ALGORITHMS:
+            raise ConfigError(f"argument --speculative-algorithm: invalid choice: {algo!r} "
+                              f"(choose from {', '.join(SPEC_ALGORITHMS)})")
+        config["speculative-algorithm"] = algo.upper()
+    if not 0 < config["port"] < 65536:
+        raise ConfigError(f"argument --port: {config['port']} is not a TCP port")
+    if config["nnodes"] < 1 or not 0 <= config["node-rank"] < config["nnodes"]:
+        raise ConfigError(f"--node-rank {config['node-rank']} must lie in [0, nnodes "
+                          f"{config['nnodes']})")
+    ndt = config["speculative-num-draft-tokens"]
+    if ndt is not None and ndt < 1:
+        raise ConfigError(f"argument --speculative-num-draft-tokens: {ndt} must be >= 1")
+    if config["served-model-name"] is None:
+        config["served-model-name"] = config["model-path"]
+    return config
+
+
+class Model:
+    """The delay/accept knobs in effect (env), checked at start-up."""
+
+    def __init__(self, config: dict, drafter_block: int | None):
+        self.speculative = config["speculative-algorithm"] is not None
+        self.step_ms = _env_float("GPUFLEET_STANDIN_STEP_MS", 20.0, low=0.0)
+        self.spec_cost = _env_float("GPUFLEET_STANDIN_SPEC_COST", 1.2, low=0.0)
+        self.accept_mean = _env_float("GPUFLEET_STANDIN_ACCEPT_MEAN", 3.5)
+        self.seed = _env_int("GPUFLEET_STANDIN_SEED", 0)
+        self.load_seconds = _env_float("GPUFLEET_STANDIN_LOAD_SECONDS", 2.0, low=0.0)
+        self.never_ready = os.environ.get("GPUFLEET_STANDIN_NEVER_READY", "") == "1"
+        self.block = config["speculative-num-draft-tokens"] or drafter_block or DEFAULT_BLOCK
+        self.p = 0.0
+        if self.speculative:
+            if self.spec_cost <= 0:
+                raise ConfigError("GPUFLEET_STANDIN_SPEC_COST must be > 0")
+            try:
+                self.p = accept_probability(self.block, self.accept_mean)
+            except ValueError as e:
+                raise ConfigError(f"GPUFLEET_STANDIN_ACCEPT_MEAN: {e}") from None
+
+    @property
+    def step_seconds(self) -> float:
+        return self.step_ms * (self.spec_cost if self.speculative else 1.0) / 1000.0
+
+    def describe(self) -> dict:
+        return {"step_ms": self.step_ms, "spec_cost": self.spec_cost if self.speculative else None,
+                "accept_mean": self.accept_mean if self.speculative else None,
+                "block": self.block if self.speculative else None, "seed": self.seed,
+                "speculative": self.speculative,
+                "note": "lab stand-in: these figures say nothing about GPU performance"}
+
+
+# ---------------------------------------------------------------- start-up
+
+def _home() -> str:
+    return os.path.expanduser("~")
+
+
+def _user() -> str:
+    try:
+        import pwd  # noqa: PLC0415
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return os.environ.get("USER", str(os.getuid()))
+
+
+def cache_dirs() -> dict[str, str]:
+    """env var -> directory, with the defaults a real start (transformers/triton/torch) uses."""
+    hf_home = os.environ.get("HF_HOME") or os.path.join(_home(), ".cache", "huggingface")
+    return {
+        "HF_MODULES_CACHE": os.environ.get("HF_MODULES_CACHE") or os.path.join(hf_home, "modules"),
+        "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR") or os.path.join(_home(), ".triton", "cache"),
+        "TORCHINDUCTOR_CACHE_DIR": (os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+                                    or os.path.join("/tmp", f"torchinductor_{_user()}")),
+    }
+
+
+def _fail_write(var: str, path: str, err: OSError) -> StartError:
+    return StartError(f"cannot write to {var} cache dir {path}: {err.strerror or err} "
+                      f"(set {var} to a writable directory, or make it writable for this user)")
+
+
+def write_caches(config: dict) -> None:
+    dirs = cache_dirs()
+    pid = os.getpid()
+    if config["trust-remote-code"]:
+        var, base = "HF_MODULES_CACHE", dirs["HF_MODULES_CACHE"]
+        models = [config["model-path"]]
+        if config["speculative-draft-model-path"]:
+            models.append(config["speculative-draft-model-path"])
+        try:
+            mods = Path(base) / "transformers_modules"
+            mods.mkdir(parents=True, exist_ok=True)
+            (mods / "__init__.py").touch()
+            for model_dir in models:
+                sources = sorted(Path(model_dir).glob("*.py"))
+                if not sources:
+                    continue
+                dest = mods / os.path.basename(os.path.normpath(model_dir))
+                dest.mkdir(exist_ok=True)
+                for src in sources:
+                    shutil.copyfile(src, dest / src.name)
+                    log(f"wrote {dest / src.name}")
+        except OSError as e:
+            raise _fail_write(var, base, e) from None
+    for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        path = Path(dirs[var]) / f"gpufleet-standin-{pid}"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"gpufleet lab SGLang stand-in, pid {pid}\n")
+        except OSError as e:
+            raise _fail_write(var, dirs[var], e) from None
+        log(f"wrote {path}")
+    shm = Path("/dev/shm") / f"gpufleet-standin-{pid}"
+    try:
+        with open(shm, "wb") as fh:
+            fh.write(b"\0" * SHM_BYTES)
+        log(f"wrote {shm} (1 MiB, removed again)")
+    except OSError as e:
+        raise StartError(f"cannot write 1 MiB to /dev/shm ({shm}): {e.strerror or e}") from None
+    finally:
+        try:
+            shm.unlink()
+        except OSError:
+            pass
+
+
+def _numpy_readable(dtype: str) -> bool:
+    return dtype not in ("BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2")
+
+
+def _read_raw(path: Path, name: str) -> None:
+    """Read a tensor numpy cannot hold (BF16, FP8) byte for byte, from the header's offsets."""
+    with open(path, "rb") as fh:
+        size = int.from_bytes(fh.read(8), "little")
+        header = json.loads(fh.read(size))
+        begin, end = header[name]["data_offsets"]
+        fh.seek(8 + size + begin)
+        left = end - begin
+        while left:
+            chunk = fh.read(min(left, 8 << 20))
+            if not chunk:
+                raise OSError(f"tensor {name} is truncated")
+            left -= len(chunk)
+
+
+def open_model(model_dir: str, role: str, stop: threading.Event) -> dict:
+    """Open a model as a loader would; returns its config.json. Raises StartError naming the file."""
+    from safetensors import safe_open  # noqa: PLC0415 (the SGLang venv has it; kept local for --help)
+
+    root = Path(model_dir)
+    if not root.is_dir():
+        raise StartError(f"{role} {model_dir}: not a directory")
+    cfg_file = root / "config.json"
+    try:
+        model_config = json.loads(cfg_file.read_text())
+    except (OSError, ValueError) as e:
+        raise StartError(f"{role} {cfg_file}: cannot read config.json: {e}") from None
+    index_file = root / "model.safetensors.index.json"
+    if index_file.exists():
+        try:
+            weight_map = json.loads(index_file.read_text())["weight_map"]
+            if not isinstance(weight_map, dict):
+                raise TypeError("weight_map is not a mapping")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise StartError(f"{role} {index_file}: bad index: {e}") from None
+        shards: dict[str, set] = {}
+        for tensor, shard in weight_map.items():
+            shards.setdefault(shard, set()).add(tensor)
+    elif (root / "model.safetensors").exists():
+        shards = {"model.safetensors": set()}
+    else:
+        raise StartError(f"{role} {model_dir}: neither model.safetensors.index.json nor "
+                         "model.safetensors")
+    tensors = 0
+    nbytes = 0
+    for shard in sorted(shards):
+        path = root / shard
+        try:
+            with safe_open(str(path), framework="numpy") as fh:
+                names = set(fh.keys())
+                missing = sorted(shards[shard] - names)
+                if missing:
+                    raise StartError(f"{role} {path}: tensor {missing[0]} listed in the index is "
+                                     f"missing from the shard ({len(missing)} missing)")
+                for name in sorted(names):
+                    if stop.is_set():
+                        return model_config
+                    dtype = fh.get_slice(name).get_dtype()
+                    if _numpy_readable(dtype):
+                        nbytes += fh.get_tensor(name).nbytes
+                    else:
+                        _read_raw(path, name)
+                    tensors += 1
+        except StartError:
+            raise
+        except Exception as e:  # safetensors raises its own error types; any of them = bad shard
+            raise StartError(f"{role} {path}: cannot load shard: {type(e).__name__}: {e}") from None
+    log(f"opened {role} {model_dir}: {len(shards)} shard(s), {tensors} tensors")
+    return model_config
+
+
+# ---------------------------------------------------------------- serving
+
+class State:
+    def __init__(self, config: dict, model: Model):
+        self.config = config
+        self.model = model
+        self.rank = config["node-rank"]
+        self.ready = threading.Event()
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.total_tokens = 0
+        self.total_steps = 0
+        self.last_throughput = 0.0
+
+    def next_request(self) -> int:
+        with self.lock:
+            n = self.requests
+            self.requests += 1
+            return n
+
+    def account(self, tokens: int, steps: int, seconds: float) -> None:
+        with self.lock:
+            self.total_tokens += tokens
+            self.total_steps += steps
+            if seconds > 0:
+                self.last_throughput = tokens / seconds
+
+    def server_info(self) -> dict:
+        info = {key.replace("-", "_"): value for key, value in self.config.items()}
+        info["api_key"] = None
+        info["version"] = VERSION
+        info["standin"] = True
+        info["standin_note"] = ("gpufleet lab SGLang stand-in, not SGLang: its figures say nothing "
+                                "about GPU performance")
+        info["standin_model"] = self.model.describe()
+        with self.lock:
+            internal = {"last_gen_throughput": self.last_throughput,
+                        "completion_tokens_total": self.total_tokens}
+            if self.model.speculative:
+                internal["avg_spec_accept_length"] = (self.total_tokens / self.total_steps
+                                                      if self.total_steps else 1.0)
+                internal["spec_verify_ct_total"] = self.total_steps
+        info["internal_states"] = [internal]
+        return info
+
+
+class BadRequest(Exception):
+    pass
+
+
+def parse_generate(body: bytes) -> dict:
+    try:
+        req = json.loads(body or b"null")
+    except ValueError:
+        raise BadRequest("body is not JSON") from None
+    if not isinstance(req, dict):
+        raise BadRequest("body must be a JSON object")
+    text, ids = req.get("text"), req.get("input_ids")
+    if text is not None:
+        if not isinstance(text, str):
+            raise BadRequest("text must be a string (batches are not supported by the stand-in)")
+        prompt_tokens = len(text.split())
+    elif ids is not None:
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                for i in ids):
+            raise BadRequest("input_ids must be a list of integers")
+        prompt_tokens = len(ids)
+    else:
+        raise BadRequest("give text or input_ids")
+    sp = req.get("sampling_params") or {}
+    if not isinstance(sp, dict):
+        raise BadRequest("sampling_params must be an object")
+    max_new = sp.get("max_new_tokens", 128)
+    if max_new is None:
+        max_new = 128
+    if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 0:
+        raise BadRequest("sampling_params.max_new_tokens must be an integer >= 0")
+    temp = sp.get("temperature", 1.0)
+    if temp is not None and (isinstance(temp, bool) or not isinstance(temp, (int, float)) or temp < 0):
+        raise BadRequest("sampling_params.temperature must be a number >= 0")
+    if not isinstance(sp.get("ignore_eos", False), bool):
+        raise BadRequest("sampling_params.ignore_eos must be a boolean")
+    stream = req.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest("stream must be a boolean")
+    return {"prompt_tokens": prompt_tokens, "max_new_tokens": max_new, "stream": stream}
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    server_version = "gpufleet-lab-sglang-standin/" + VERSION
+    timeout = REQUEST_TIMEOUT
+    state: State  # set on the subclass made by serve()
+
+    def log_message(self, format, *args):  # noqa: A002 (BaseHTTPRequestHandler's signature)
+        # Per-request lines would flood journald during benchmarks; the request line never holds
+        # the API key (headers are not logged), so debug logging is safe.
+        if self.state.config["log-level"] == "debug":
+            log("http " + format % args)
+
+    # -- helpers
+    def _json(self, code: int, obj) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _authorized(self, path: str) -> bool:
+        key = self.state.config["api-key"]
+        if not key or path.startswith("/health"):
+            return True
+        got = self.headers.get("Authorization", "")
+        return hmac.compare_digest(got.encode(), f"Bearer {key}".encode())
+
+    def _route(self, method: str) -> None:
+        path = self.path.split("?", 1)[0]
+        try:
+            if not self._authorized(path):
+                self._json(401, {"error": "Unauthorized: missing or wrong API key"})
+                return
+            st = self.state
+            if st.rank > 0:
+                if path.startswith("/health"):
+                    self._json(200, {})
+                else:
+                    self._json(503, {"error": "not rank 0"})
+                return
+            handler = ROUTES.get((method, path))
+            if handler is None:
+                self._json(404 if not any(p == path for _, p in ROUTES) else 405,
+                           {"error": f"no route {method} {path}"})
+                return
+            handler(self)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def do_GET(self):  # noqa: N802
+        self._route("GET")
+
+    def do_POST(self):  # noqa: N802
+        self._route("POST")
+
+    def _read_body(self) -> bytes:
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            raise BadRequest("bad Content-Length") from None
+        if length < 0 or length > MAX_BODY:
+            raise BadRequest(f"body must be 0..{MAX_BODY} bytes")
+        return self.rfile.read(length)
+
+    # -- routes
+    def health(self):
+        self._json(200 if self.state.ready.is_set() else 503, {} if self.state.ready.is_set()
+                   else {"error": "loading"})
+
+    def health_generate(self):
+        if not self.state.ready.is_set():
+            self._json(503, {"error": "loading"})
+            return
+        time.sleep(self.state.model.step_seconds)  # one internal 1-token generation
+        self._json(200, {})
+
+    def model_info(self):
+        c = self.state.config
+        self._json(200, {"model_path": c["model-path"], "tokenizer_path": c["model-path"],
+                         "is_generation": True, "served_model_name": c["served-model-name"],
+                         "standin": True})
+
+    def server_info(self):
+        self._json(200, self.state.server_info())
+
+    def flush_cache(self):
+        self._json(200, {})
+
+    def generate(self):
+        try:
+            req = parse_generate(self._read_body())
+        except BadRequest as e:
+            self._json(400, {"error": str(e)})
+            return
+        st = self.state
+        if not st.ready.is_set():
+            self._json(503, {"error": "loading"})
+            return
+        model = st.model
+        number = st.next_request()
+        rng = random.Random(f"{model.seed}:{number}")
+        rid = hashlib.sha256(f"{model.seed}:{number}".encode()).hexdigest()[:32]
+        max_new = req["max_new_tokens"]
+        step_s = model.step_seconds
+        started = time.monotonic()
+        words: list[str] = []
+        steps = 0
+
+        def event(done: bool) -> dict:
+            meta = {"id": rid, "prompt_tokens": req["prompt_tokens"], "completion_tokens": len(words),
+                    "spec_verify_ct": steps, "e2e_latency": time.monotonic() - started,
+                    "finish_reason": {"type": "length", "length": len(words)} if done else None}
+            return {"text": " ".join(words), "meta_info": meta}
+
+        if req["stream"]:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+        deadline = started
+        try:
+            while len(words) < max_new:
+                deadline += step_s
+                delay = deadline - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                left = max_new - len(words)
+                k = draw_step_tokens(rng, model.block, model.p, left) if model.speculative else 1
+                for _ in range(k):
+                    words.append(VOCAB[(number * 7919 + len(words) * 31) % len(VOCAB)])
+                steps += 1
+                if req["stream"] and len(words) < max_new:
+                    self.wfile.write(b"data: " + json.dumps(event(False)).encode() + b"\n\n")
+            final = event(True)
+            if req["stream"]:
+                self.wfile.write(b"data: " + json.dumps(final).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+            else:
+                self._json(200, final)
+        finally:
+            st.account(len(words), steps, time.monotonic() - started)
+
+
+ROUTES = {
+    ("GET", "/health"): Handler.health,
+    ("GET", "/health_generate"): Handler.health_generate,
+    ("GET", "/model_info"): Handler.model_info,
+    ("GET", "/get_model_info"): Handler.model_info,
+    ("GET", "/server_info"): Handler.server_info,
+    ("GET", "/get_server_info"): Handler.server_info,
+    ("POST", "/generate"): Handler.generate,
+    ("POST", "/flush_cache"): Handler.flush_cache,
+}
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True  # in-flight requests never hold up SIGTERM
+    allow_reuse_address = True
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server = None
+    try:
+        log("gpufleet lab SGLang STAND-IN (not SGLang, no GPU; its figures say nothing about GPU "
+            f"performance), version {VERSION}, pid {os.getpid()}")
+        config = load_config(argv)
+        drafter = config["speculative-draft-model-path"]
+        shown = {k: ("***" if k == "api-key" and v else v) for k, v in config.items()}
+        log("config: " + json.dumps(shown, sort_keys=True))
+        # The drafter's block size is needed to check the accept knobs before anything starts.
+        drafter_block = None
+        if drafter and config["speculative-algorithm"]:
+            try:
+                drafter_block = int(json.loads((Path(drafter) / "config.json").read_text())
+                                    .get("block_size") or 0) or None
+            except (OSError, ValueError, TypeError, AttributeError):
+                drafter_block = None  # open_model() below reports the bad drafter by name
+        model = Model(config, drafter_block)
+        log("delay model: " + json.dumps(model.describe(), sort_keys=True))
+        state = State(config, model)
+        handler = type("BoundHandler", (Handler,), {"state": state})
+        try:
+            server = Server((config["host"], config["port"]), handler)
+        except OSError as e:
+            raise StartError(f"cannot listen on {config['host']}:{config['port']}: "
+                             f"{e.strerror or e}") from None
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
+                         name="http", daemon=True).start()
+        log(f"listening on http://{config['host']}:{config['port']} (rank {state.rank} of "
+            f"{config['nnodes']}; /health answers 503 while loading)")
+        write_caches(config)
+        open_model(config["model-path"], "target", stop)
+        if drafter and not stop.is_set():
+            open_model(drafter, "drafter", stop)
+        if not stop.is_set():
+            if model.never_ready:
+                log("GPUFLEET_STANDIN_NEVER_READY=1: staying 'loading' forever (lab knob)")
+            elif not stop.wait(model.load_seconds):
+                state.ready.set()
+                log("ready")
+        while not stop.wait(0.5):
+            pass
+        return 0
+    except ConfigError as e:
+        print(f"usage: {PROG} --config FILE.yaml [--option value ...]", file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    except StartError as e:
+        log(f"error: {e}")
+        return 1
+    finally:
+        if server is not None:
+            closer = threading.Thread(target=server.shutdown, daemon=True)
+            closer.start()
+            closer.join(STOP_JOIN_SECONDS)
+            server.server_close()
+        if stop.is_set():
+            log("stopped")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

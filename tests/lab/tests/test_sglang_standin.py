@@ -1,0 +1,528 @@
+"""The lab's SGLang STAND-IN (tests/lab/sglang_standin/gpufleet_lab_sglang.py), on loopback.
+
+The stand-in is NOT SGLang: it models, openly, what the sglang role, sglang_probe and sglang_bench
+rely on (config handling, cache dirs, a loader that opens every shard, /health, /generate, the
+accept/delay model). Nothing here measures GPU performance, and no assertion is timed: deadlines
+only keep a broken server from hanging the run.
+
+Models: the lab fixture target (v1.0) and DFlash drafter, written from tests/lab/fixtures.py's
+generator into a temporary directory.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+LAB_DIR = Path(__file__).resolve().parents[1]
+STANDIN = LAB_DIR / "sglang_standin" / "gpufleet_lab_sglang.py"
+sys.path.insert(0, str(STANDIN.parent))
+import gpufleet_lab_sglang as standin  # noqa: E402
+
+import fixtures  # noqa: E402  (tests/lab on sys.path via conftest)
+
+START_DEADLINE = 60.0  # seconds: loading the fixtures takes well under 2 s here
+EXIT_DEADLINE = 30.0
+HTTP_TIMEOUT = 30.0
+DRAFTER_BLOCK = fixtures.drafter_config()["block_size"]
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("standin-models")
+    out = {}
+    for name, files in (("target", fixtures.target_files(1, "Kimi-K2.6-mini", gated=False)),
+                        ("drafter", fixtures.drafter_files())):
+        d = root / name
+        d.mkdir()
+        for rel, data in files.items():
+            (d / rel).write_bytes(data)
+        out[name] = d
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Standin:
+    """One stand-in process, started as a unit would start it (`--config FILE.yaml`)."""
+
+    def __init__(self, tmp: Path, config: dict, env: dict | None = None, argv=(), name="s"):
+        self.dir = tmp / name
+        self.dir.mkdir()
+        self.port = config.setdefault("port", free_port())
+        config.setdefault("host", "127.0.0.1")
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.config_file = self.dir / "sglang.yaml"
+        self.config_file.write_text(yaml.safe_dump(config))
+        self.caches = {"HF_MODULES_CACHE": self.dir / "hf-modules",
+                       "TRITON_CACHE_DIR": self.dir / "triton",
+                       "TORCHINDUCTOR_CACHE_DIR": self.dir / "inductor"}
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLEET_STANDIN_", "HF_"))}
+        full_env.update({k: str(v) for k, v in self.caches.items()})
+        full_env.update({"GPUFLEET_STANDIN_LOAD_SECONDS": "0", "GPUFLEET_STANDIN_STEP_MS": "1"})
+        for key, value in (env or {}).items():  # None: unset (the stand-in's defaults apply)
+            if value is None:
+                full_env.pop(key, None)
+            else:
+                full_env[key] = value
+        self.env = full_env
+        self.log_file = self.dir / "stderr.log"
+        with open(self.log_file, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(STANDIN), "--config", str(self.config_file), *argv],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=full_env)
+
+    @property
+    def log(self) -> str:
+        return self.log_file.read_text()
+
+    def request(self, method: str, path: str, body=None, headers=None):
+        """(status, parsed JSON or raw text, response headers); never raises on HTTP errors."""
+        data = json.dumps(body).encode() if body is not None and not isinstance(body, bytes) else body
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT) as resp:
+                status, raw, hdrs = resp.status, resp.read(), resp.headers
+        except urllib.error.HTTPError as e:
+            status, raw, hdrs = e.code, e.read(), e.headers
+        text = raw.decode()
+        try:
+            return status, json.loads(text), hdrs
+        except ValueError:
+            return status, text, hdrs
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)[:2]
+
+    def generate(self, body, headers=None):
+        return self.request("POST", "/generate", body=body, headers=headers)[:2]
+
+    def first_answer(self, path="/health") -> int:
+        """Status of the first answer once the port listens (the process must stay alive)."""
+        deadline = time.monotonic() + START_DEADLINE
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"stand-in exited {self.proc.returncode}:\n{self.log}"
+            try:
+                return self.get(path)[0]
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.05)
+        raise AssertionError(f"stand-in did not listen within {START_DEADLINE}s:\n{self.log}")
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_DEADLINE
+        while time.monotonic() < deadline:
+            if self.first_answer() == 200:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"stand-in not ready within {START_DEADLINE}s:\n{self.log}")
+
+    def wait_exit(self) -> int:
+        try:
+            return self.proc.wait(timeout=EXIT_DEADLINE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=EXIT_DEADLINE)
+            raise AssertionError(f"stand-in did not exit within {EXIT_DEADLINE}s:\n{self.log}") from None
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait_exit()
+
+
+@pytest.fixture
+def start(tmp_path):
+    started = []
+
+    def _start(config, env=None, argv=(), name=None):
+        s = Standin(tmp_path, dict(config), env, argv, name or f"s{len(started)}")
+        started.append(s)
+        return s
+
+    yield _start
+    for s in started:
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait(timeout=EXIT_DEADLINE)
+
+
+def spec_config(models, **extra) -> dict:
+    return {"model-path": str(models["target"]), "speculative-algorithm": "DFLASH",
+            "speculative-draft-model-path": str(models["drafter"]), "trust-remote-code": True,
+            "tp-size": 1, "mem-fraction-static": 0.85, **extra}
+
+
+def stream_events(s: Standin, body: dict, headers=None) -> tuple[str, list]:
+    status, raw, hdrs = s.request("POST", "/generate", body={**body, "stream": True}, headers=headers)
+    assert status == 200, raw
+    assert hdrs["Content-Type"] == "text/event-stream"
+    chunks = raw.split("\n\n")
+    assert chunks[-1] == "" and chunks[-2] == "data: [DONE]", raw[-200:]
+    events = []
+    for chunk in chunks[:-2]:
+        assert chunk.startswith("data: "), chunk
+        events.append(json.loads(chunk[len("data: "):]))
+    return raw, events
+
+
+# ---------------------------------------------------------------- the pure accept model
+
+def test_predicted_accept_mean_exact_cases():
+    # Every step accepts the whole block: 100 tokens = 6 x 16 + 4 -> 7 steps.
+    assert standin.predicted_accept_mean(16, 16.0, 100) == pytest.approx(100 / 7)
+    assert standin.predicted_accept_mean(8, 1.0, 50) == pytest.approx(1.0)
+    assert standin.predicted_accept_mean(16, 3.5, 0) == 1.0
+    # Truncation at max_new_tokens lowers the figure; long requests approach the configured mean.
+    short, long_ = (standin.predicted_accept_mean(16, 3.5, n) for n in (16, 4096))
+    assert short < long_ < 3.5
+    assert long_ == pytest.approx(3.5, rel=1e-3)
+    assert standin.predicted_speedup(16, 3.5, 4096, 1.2) == pytest.approx(long_ / 1.2)
+    with pytest.raises(ValueError):
+        standin.accept_probability(4, 4.5)
+
+
+# ---------------------------------------------------------------- start-up and endpoints
+
+def test_health_503_while_loading_then_200_and_model_info(start, models):
+    s = start({"model-path": str(models["target"])}, env={"GPUFLEET_STANDIN_LOAD_SECONDS": "3"})
+    assert s.first_answer() == 503
+    assert s.get("/health_generate")[0] == 503
+    assert s.generate({"text": "hi"})[0] == 503
+    s.wait_ready()
+    assert s.get("/health") == (200, {})
+    assert s.get("/health_generate") == (200, {})
+    for path in ("/model_info", "/get_model_info"):
+        status, info = s.get(path)
+        assert status == 200
+        assert info == {"model_path": str(models["target"]), "tokenizer_path": str(models["target"]),
+                        "is_generation": True, "served_model_name": str(models["target"]),
+                        "standin": True}
+    log = s.log
+    assert "STAND-IN" in log and "standin: ready" in log
+    assert log.index("opened target") < log.index("standin: ready")
+    assert s.stop() == 0
+    assert "standin: stopped" in s.log
+
+
+def test_autoregressive_generate_shapes(start, models):
+    s = start({"model-path": str(models["target"])})
+    s.wait_ready()
+    status, out = s.generate({"text": "one two three", "sampling_params": {
+        "max_new_tokens": 12, "temperature": 0, "ignore_eos": True}})
+    assert status == 200
+    meta = out["meta_info"]
+    assert set(meta) == {"id", "prompt_tokens", "completion_tokens", "spec_verify_ct", "e2e_latency",
+                         "finish_reason"}
+    assert meta["prompt_tokens"] == 3
+    assert meta["completion_tokens"] == 12 and len(out["text"].split()) == 12
+    assert meta["spec_verify_ct"] == 12  # not speculative: one token per step
+    assert meta["finish_reason"] == {"type": "length", "length": 12}
+    assert meta["e2e_latency"] > 0
+
+    status, out = s.generate({"input_ids": [1, 2, 3, 4, 5], "sampling_params": {"max_new_tokens": 4}})
+    assert status == 200 and out["meta_info"]["prompt_tokens"] == 5
+    assert out["meta_info"]["spec_verify_ct"] == 4
+
+    events = stream_events(s, {"text": "a b", "sampling_params": {"max_new_tokens": 7}})[1]
+    assert len(events) == 7  # one event per verify step
+    for i, ev in enumerate(events, start=1):
+        assert ev["meta_info"]["completion_tokens"] == i == ev["meta_info"]["spec_verify_ct"]
+        assert len(ev["text"].split()) == i  # cumulative text
+        assert set(ev["meta_info"]) == set(meta)
+    assert [ev["meta_info"]["finish_reason"] for ev in events[:-1]] == [None] * 6
+    assert events[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 7}
+    assert events[0]["text"] == events[-1]["text"].split()[0]
+
+    status, info = s.get("/server_info")
+    assert status == 200
+    assert info["version"] == "0.5.23-standin" and info["standin"] is True
+    assert info["model_path"] == str(models["target"]) and info["api_key"] is None
+    assert info["speculative_algorithm"] is None and info["tp_size"] == 1
+    assert "avg_spec_accept_length" not in info["internal_states"][0]
+    assert s.get("/get_server_info")[1]["version"] == "0.5.23-standin"
+
+    for bad in (b"not json", {"sampling_params": {}}, {"text": ["a", "b"]},
+                {"text": "x", "sampling_params": {"max_new_tokens": -1}},
+                {"text": "x", "sampling_params": {"temperature": "hot"}},
+                {"text": "x", "stream": "yes"}, {"input_ids": ["a"]}):
+        status, err = s.generate(bad)
+        assert status == 400 and err["error"], bad
+    assert s.get("/nope")[0] == 404
+    assert s.stop() == 0
+
+
+@pytest.mark.parametrize("case", [
+    # (speculative-num-draft-tokens, ACCEPT_MEAN, max_new_tokens, requests)
+    (None, "3.5", 256, 24),   # block from the drafter's config.json block_size (16)
+    (4, "2.0", 37, 60),       # block from the config option; heavy truncation at 37 tokens
+], ids=["drafter-block", "num-draft-tokens"])
+def test_speculative_accept_length_matches_the_model(start, models, case):
+    ndt, mean, max_new, n_requests = case
+    extra = {"speculative-num-draft-tokens": ndt} if ndt else {}
+    s = start(spec_config(models, **extra),
+              env={"GPUFLEET_STANDIN_ACCEPT_MEAN": mean, "GPUFLEET_STANDIN_STEP_MS": "0.5"})
+    s.wait_ready()
+    block = ndt or DRAFTER_BLOCK
+    status, info = s.get("/server_info")
+    assert info["internal_states"][0]["avg_spec_accept_length"] == 1.0  # before any generation
+    assert info["standin_model"]["block"] == block
+
+    body = {"text": "count to many", "sampling_params": {"max_new_tokens": max_new, "temperature": 0}}
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _i: s.generate(body), range(n_requests)))
+    metas = [out["meta_info"] for status, out in results if status == 200]
+    assert len(metas) == n_requests
+    tokens = sum(m["completion_tokens"] for m in metas)
+    steps = sum(m["spec_verify_ct"] for m in metas)
+    assert all(m["completion_tokens"] == max_new for m in metas)
+    # Each step emits 1..block tokens.
+    assert all(-(-max_new // block) <= m["spec_verify_ct"] <= max_new for m in metas)
+    assert steps >= 200
+    predicted = standin.predicted_accept_mean(block, float(mean), max_new)
+    assert tokens / steps == pytest.approx(predicted, rel=0.05)
+
+    internal = s.get("/server_info")[1]["internal_states"][0]
+    assert internal["spec_verify_ct_total"] == steps
+    assert internal["avg_spec_accept_length"] == pytest.approx(tokens / steps, rel=1e-12)
+
+    events = stream_events(s, body)[1]
+    last = events[-1]["meta_info"]
+    assert len(events) == last["spec_verify_ct"] and last["completion_tokens"] == max_new
+    counts = [ev["meta_info"]["completion_tokens"] for ev in events]
+    assert all(0 < b - a <= block for a, b in zip([0] + counts, counts))
+    assert s.stop() == 0
+
+
+def test_same_seed_same_draws(start, models):
+    runs = []
+    for name in ("a", "b"):
+        s = start(spec_config(models), env={"GPUFLEET_STANDIN_SEED": "7"}, name=name)
+        s.wait_ready()
+        runs.append([s.generate({"text": "x", "sampling_params": {"max_new_tokens": 64}})[1]
+                     ["meta_info"]["spec_verify_ct"] for _request in range(5)])
+        assert s.stop() == 0
+    assert runs[0] == runs[1]
+
+
+def test_api_key(start, models):
+    key = "lab-standin-key-not-a-secret-42"
+    s = start({"model-path": str(models["target"]), "api-key": key})
+    s.wait_ready()
+    good = {"Authorization": f"Bearer {key}"}
+    bad = {"Authorization": "Bearer wrong"}
+    assert s.get("/health") == (200, {})  # /health stays open
+    assert s.get("/health_generate")[0] == 200
+    for path in ("/model_info", "/server_info"):
+        assert s.get(path)[0] == 401
+        assert s.get(path, headers=bad)[0] == 401
+        assert s.get(path, headers=good)[0] == 200
+    body = {"text": "hi", "sampling_params": {"max_new_tokens": 2}}
+    assert s.generate(body)[0] == 401
+    assert s.generate(body, headers=bad)[0] == 401
+    assert s.generate(body, headers=good)[0] == 200
+    assert s.get("/server_info", headers=good)[1]["api_key"] is None
+    assert s.stop() == 0
+    assert key not in s.log
+
+
+def test_never_ready_knob(start, models):
+    s = start({"model-path": str(models["target"])}, env={"GPUFLEET_STANDIN_NEVER_READY": "1"})
+    deadline = time.monotonic() + START_DEADLINE
+    while "never ready" not in s.log.lower() and "NEVER_READY=1" not in s.log:
+        assert time.monotonic() < deadline and s.proc.poll() is None, s.log
+        time.sleep(0.05)
+    assert "opened target" in s.log  # the model was read; it just never turns ready
+    assert s.get("/health")[0] == 503
+    assert s.generate({"text": "x"})[0] == 503
+    assert s.stop() == 0
+
+
+def test_cli_overrides_yaml(start, models):
+    port = free_port()
+    s = start({"model-path": str(models["target"]), "port": 1},
+              argv=["--port", str(port), "--served-model-name", "kimi", "--trust-remote-code"])
+    s.url = f"http://127.0.0.1:{port}"
+    s.wait_ready()
+    assert s.get("/model_info")[1]["served_model_name"] == "kimi"
+    info = s.get("/server_info")[1]
+    assert info["port"] == port and info["trust_remote_code"] is True
+    assert s.stop() == 0
+
+
+# ---------------------------------------------------------------- failures
+
+@pytest.mark.parametrize("damage", ["truncate", "delete"])
+def test_bad_shard_exits_1_naming_the_file(start, models, tmp_path, damage):
+    target = tmp_path / "target-copy"
+    shutil.copytree(models["target"], target)
+    shard = target / fixtures.shard_name(2, fixtures.TARGET_SHARDS)
+    if damage == "truncate":
+        with open(shard, "r+b") as fh:
+            fh.truncate(shard.stat().st_size // 2)
+    else:
+        shard.unlink()
+    s = start({"model-path": str(target)})
+    assert s.wait_exit() == 1
+    assert str(shard) in s.log
+    assert "standin: ready" not in s.log
+
+
+def test_bad_drafter_shard_exits_1(start, models, tmp_path):
+    drafter = tmp_path / "drafter-copy"
+    shutil.copytree(models["drafter"], drafter)
+    with open(drafter / "model.safetensors", "r+b") as fh:
+        fh.truncate(1000)
+    s = start(spec_config(models, **{"speculative-draft-model-path": str(drafter)}))
+    assert s.wait_exit() == 1
+    assert str(drafter / "model.safetensors") in s.log
+
+
+def test_cache_dirs_written(start, models):
+    s = start(spec_config(models))
+    s.wait_ready()
+    pid = s.proc.pid
+    dflash = s.caches["HF_MODULES_CACHE"] / "transformers_modules" / models["drafter"].name / "dflash.py"
+    assert dflash.read_bytes() == (models["drafter"] / "dflash.py").read_bytes()
+    markers = [s.caches[v] / f"gpufleet-standin-{pid}" for v in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")]
+    for path in [dflash, *markers]:
+        assert path.is_file()
+        assert f"standin: wrote {path}" in s.log
+    assert f"standin: wrote /dev/shm/gpufleet-standin-{pid}" in s.log
+    assert not Path(f"/dev/shm/gpufleet-standin-{pid}").exists()  # created and removed
+    assert s.stop() == 0
+
+
+def test_cache_dir_defaults_follow_home(start, models, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    s = start(spec_config(models), env={"HOME": str(home), "HF_MODULES_CACHE": None,
+                                        "TRITON_CACHE_DIR": None})
+    s.wait_ready()
+    assert (home / ".cache/huggingface/modules/transformers_modules" / models["drafter"].name
+            / "dflash.py").is_file()
+    assert (home / ".triton/cache" / f"gpufleet-standin-{s.proc.pid}").is_file()
+    assert s.stop() == 0
+
+
+@pytest.mark.parametrize("var", ["HF_MODULES_CACHE", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"])
+def test_unwritable_cache_exits_1_naming_the_variable(start, models, tmp_path, var):
+    # A path under a regular file cannot be created, even by root (permission bits would not stop root).
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    bad = blocker / "cache"
+    s = start(spec_config(models), env={var: str(bad)})
+    assert s.wait_exit() == 1
+    assert var in s.log and str(bad) in s.log
+
+
+@pytest.mark.parametrize("config, argv, named", [
+    ({"model_path": "/m"}, (), "--model_path"),
+    ({"model-path": "/m", "speculative-foo": 3}, (), "--speculative-foo"),
+    ({"model-path": "/m"}, ("--tp_size", "2"), "--tp_size"),
+    ({"model-path": "/m", "speculative-algorithm": "DFLASHX"}, (), "DFLASHX"),
+    ({"model-path": "/m", "port": "eighty"}, (), "--port"),
+    ({"host": "127.0.0.1"}, (), "--model-path"),
+    ({"model-path": "/m", "nnodes": 2, "node-rank": 2}, (), "--node-rank"),
+], ids=["underscore-key", "unknown-key", "underscore-cli", "bad-algorithm", "bad-type",
+        "no-model-path", "rank-out-of-range"])
+def test_bad_config_exits_2_naming_it(start, config, argv, named):
+    s = start(config, argv=argv)
+    assert s.wait_exit() == 2
+    assert named in s.log
+    if "_" in named:
+        assert named.replace("_", "-").lstrip("-") in s.log  # the fix: dash form
+
+
+def test_accept_mean_outside_block_exits_2(start, models):
+    s = start(spec_config(models, **{"speculative-num-draft-tokens": 4}),
+              env={"GPUFLEET_STANDIN_ACCEPT_MEAN": "5"})
+    assert s.wait_exit() == 2
+    assert "GPUFLEET_STANDIN_ACCEPT_MEAN" in s.log
+
+
+def test_ignored_options_are_accepted(start, models):
+    s = start({"model-path": str(models["target"]), "context-length": 8192, "attention-backend": "fa3",
+               "log-level": "info", "dtype": "bfloat16", "chunked-prefill-size": 4096,
+               "cuda-graph-max-bs": 64, "max-running-requests": 32, "enable-metrics": True,
+               "watchdog-timeout": 600})
+    s.wait_ready()
+    assert s.get("/server_info")[1]["attention_backend"] == "fa3"
+    assert s.stop() == 0
+
+
+# ---------------------------------------------------------------- ranks and shutdown
+
+def test_rank_1_health_only(start, models):
+    s = start({"model-path": str(models["target"]), "nnodes": 2, "node-rank": 1,
+               "dist-init-addr": "10.231.0.11:5000"}, env={"GPUFLEET_STANDIN_NEVER_READY": "1"})
+    assert s.first_answer() == 200  # unconditionally, even while "loading"
+    assert s.generate({"text": "x"}) == (503, {"error": "not rank 0"})
+    assert s.get("/model_info") == (503, {"error": "not rank 0"})
+    deadline = time.monotonic() + START_DEADLINE
+    while "opened target" not in s.log:  # ranks > 0 open the model too
+        assert time.monotonic() < deadline and s.proc.poll() is None, s.log
+        time.sleep(0.05)
+    assert s.stop() == 0
+
+
+def test_sigterm_exits_0_while_serving_and_while_loading(start, models):
+    s = start({"model-path": str(models["target"])}, env={"GPUFLEET_STANDIN_STEP_MS": "50"})
+    s.wait_ready()
+    # A long generation in flight must not hold up the exit.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(s.generate, {"text": "x", "sampling_params": {"max_new_tokens": 10000}})
+        time.sleep(0.2)
+        assert s.stop() == 0
+        with pytest.raises(Exception):
+            pending.result(timeout=HTTP_TIMEOUT)
+    assert s.log.rstrip().endswith("standin: stopped")
+
+    s2 = start({"model-path": str(models["target"])}, env={"GPUFLEET_STANDIN_LOAD_SECONDS": "600"})
+    assert s2.first_answer() == 503
+    assert s2.stop() == 0
+
+
+# ---------------------------------------------------------------- on the lab hosts
+
+LAB_JSON = Path(os.environ.get("GPUFLEET_LAB_CACHE", os.path.expanduser("~/.cache/gpufleet-lab"))) / "run" / "lab.json"
+SSH_OPTS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
+            "-o", "LogLevel=ERROR", "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=5"]
+
+
+@pytest.mark.lab
+def test_lab_hosts_import_the_standin():
+    try:
+        lab = json.loads(LAB_JSON.read_text())
+    except (OSError, ValueError):
+        pytest.skip(f"the lab is not up ({LAB_JSON} missing): run `tests/lab/labctl.py up`")
+    want = hashlib.sha256(STANDIN.read_bytes()).hexdigest()
+    code = ("import gpufleet_lab_sglang as g, hashlib; "
+            "print(hashlib.sha256(open(g.__file__, 'rb').read()).hexdigest(), g.__file__)")
+    for host in sorted(lab["hosts"]):
+        addr = lab["hosts"][host]["address"]
+        proc = subprocess.run(["ssh", "-i", lab["ssh_key"], *SSH_OPTS, f"root@{addr}",
+                               f"/opt/sglang/0.5.23/bin/python -c \"{code}\""],
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                              check=False)
+        assert proc.returncode == 0, f"{host}: {proc.stderr}"
+        digest, path = proc.stdout.split()
+        assert path == "/opt/sglang/0.5.23/lib/python3.11/site-packages/gpufleet_lab_sglang.py"
+        assert digest == want, f"{host} runs an older stand-in: rebuild the rootfs (labctl.py rootfs)"

@@ -1,0 +1,187 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The sglang_probe module end to end, in-process, against the lab's SGLang STAND-IN on loopback
+(tests/unit/plugins/standin.py) serving the tiny Kimi-shaped trees of model_trees.py. The stand-in
+is not SGLang (no GPU here): its accept lengths come from its open delay/accept model, set here
+through its GPUFLEET_STANDIN_* knobs, and say nothing about GPUs."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_probe
+from ansible_collections.gpufleet.llm.plugins.modules import sglang_probe
+from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
+from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noqa: F401 pylint: disable=unused-import
+    free_port, standin_factory)
+
+API_KEY = "sk-lab-probe-fake-KEY-0123456789"  # lab-only, fake
+WRONG_KEY = "sk-lab-probe-WRONG-key-987654321"  # lab-only, fake
+
+
+def run(capsys, args, check_mode=False, forbidden=API_KEY):
+    return run_module(sglang_probe.main, capsys, args, check_mode=check_mode, forbidden=forbidden)
+
+
+def _paths(golden):
+    return os.path.join(golden, "target"), os.path.join(golden, "drafter")
+
+
+def test_healthy_speculative_server(capsys, standin_factory, golden):
+    target, drafter = _paths(golden)
+    server = standin_factory(target, drafter=drafter, wait="ready")
+    # a trailing slash and a // are normalised away
+    res = run(capsys, {"url": server.url + "/", "expect_model_path": target.replace("/target", "//target/"),
+                       "interval": 0.2, "timeout": 30})
+    assert res["_rc"] == 0, res.get("msg")
+    assert res["changed"] is False and res["healthy"] is True
+    assert res["url"] == server.url and res["model_path"] == target
+    assert res["version"] == "0.5.23-standin"
+    assert res["standin"] is True
+    assert "SGLang stand-in" in json.dumps(res["warnings"])  # 2.19: structured warnings
+    assert res["speculative"] is True and res["speculative_algorithm"] == "DFLASH"
+    smoke = res["smoke"]
+    assert smoke["completion_tokens"] == 16
+    assert 1 <= smoke["spec_verify_ct"] <= 16
+    assert smoke["accept_length"] == pytest.approx(16.0 / smoke["spec_verify_ct"], abs=1e-3)
+    # the smoke request was the first generation: the server's average is exactly its ratio
+    assert res["accept_length"] == pytest.approx(smoke["accept_length"], abs=1e-3)
+    assert res["min_accept_length"] == 0
+    assert len(res["checks"]) == 3  # health, model, smoke
+
+
+def test_check_mode_runs_the_same_checks(capsys, standin_factory, golden):
+    target, _drafter = _paths(golden)
+    server = standin_factory(target, wait="ready")
+    res = run(capsys, {"url": server.url, "expect_model_path": target}, check_mode=True)
+    assert res["_rc"] == 0, res.get("msg")
+    assert res["changed"] is False and res["smoke"]["completion_tokens"] == 16
+    assert res["speculative"] is False and res["accept_length"] is None
+    # autoregressive: the stand-in counts one verify step per token (its contract), so the ratio is 1
+    assert res["smoke"]["spec_verify_ct"] == 16 and res["smoke"]["accept_length"] == 1.0
+    res = run(capsys, {"url": server.url, "expect_model_path": "/srv/other"}, check_mode=True)
+    assert res["_rc"] == 1 and "expected /srv/other" in res["msg"]
+
+
+def test_waits_through_loading_503(capsys, standin_factory, golden):
+    target, _drafter = _paths(golden)
+    server = standin_factory(target, env={"GPUFLEET_STANDIN_LOAD_SECONDS": "3"}, wait="answering")
+    res = run(capsys, {"url": server.url, "expect_model_path": target, "interval": 0.2, "timeout": 60})
+    assert res["_rc"] == 0, res.get("msg")
+    assert res["polls"] >= 2 and res["waited"] > 0
+
+
+def test_never_ready_times_out(capsys, standin_factory, golden):
+    target, _drafter = _paths(golden)
+    server = standin_factory(target, env={"GPUFLEET_STANDIN_NEVER_READY": "1"}, wait="answering")
+    res = run(capsys, {"url": server.url, "expect_model_path": target, "interval": 0.2, "timeout": 1})
+    assert res["_rc"] == 1 and res["failed"] is True
+    assert res["healthy"] is False and res["polls"] >= 2
+    msg = res["msg"]
+    assert "/health did not answer 200 within 1s" in msg and "last answer: 503" in msg
+    assert "raise timeout" in msg and "journalctl -u sglang-" in msg
+
+
+def test_wrong_model_path(capsys, standin_factory, golden):
+    target, drafter = _paths(golden)
+    server = standin_factory(target, wait="ready")
+    res = run(capsys, {"url": server.url, "expect_model_path": drafter})
+    assert res["_rc"] == 1
+    assert res["model_path"] == target and res["healthy"] is True
+    msg = res["msg"]
+    assert "/model_info" in msg and "serves model_path %s, expected %s" % (target, drafter) in msg
+    assert "another model" in msg and "journalctl" in msg
+    assert res["smoke"] is None  # stopped at the failed check
+
+
+def test_api_key(capsys, standin_factory, golden):
+    target, _drafter = _paths(golden)
+    server = standin_factory(target, api_key=API_KEY, wait="ready")
+    res = run(capsys, {"url": server.url, "expect_model_path": target})
+    assert res["_rc"] == 1 and "401" in res["msg"] and "authentication" in res["msg"]
+    assert "set api_key" in res["msg"] and "/model_info" in res["msg"]
+    res = run(capsys, {"url": server.url, "expect_model_path": target, "api_key": WRONG_KEY}, forbidden=WRONG_KEY)
+    assert res["_rc"] == 1 and "401" in res["msg"] and "not the server's api-key" in res["msg"]
+    res = run(capsys, {"url": server.url, "expect_model_path": target, "api_key": API_KEY})
+    assert res["_rc"] == 0, res.get("msg")
+    assert res["smoke"]["completion_tokens"] == 16
+    assert API_KEY not in server.log()
+
+
+def test_accept_length_below_minimum_fails(capsys, standin_factory, golden):
+    target, drafter = _paths(golden)
+    # accept mean 1: p = 0, every verify step emits exactly one token, accept length exactly 1.0
+    server = standin_factory(target, drafter=drafter, env={"GPUFLEET_STANDIN_ACCEPT_MEAN": "1"}, wait="ready")
+    res = run(capsys, {"url": server.url, "expect_model_path": target, "min_accept_length": 1.5})
+    assert res["_rc"] == 1, res
+    assert res["accept_length"] == pytest.approx(1.0)
+    assert res["smoke"]["spec_verify_ct"] == 16 and res["smoke"]["accept_length"] == pytest.approx(1.0)
+    msg = res["msg"]
+    assert "accept length 1 (server average) is below min_accept_length 1.5" in msg
+    assert "server avg_spec_accept_length 1" in msg and "smoke request 1 (16 completion tokens / 16 verify steps)" in msg
+    assert "/server_info" in msg
+
+
+def test_accept_length_above_minimum_passes(capsys, standin_factory, golden):
+    target, drafter = _paths(golden)
+    # accept mean = block (4 draft tokens): p = 1, every step emits 4 tokens, accept length exactly 4.0
+    server = standin_factory(target, drafter=drafter, options={"speculative-num-draft-tokens": 4},
+                             env={"GPUFLEET_STANDIN_ACCEPT_MEAN": "4"}, wait="ready")
+    res = run(capsys, {"url": server.url, "expect_model_path": target, "min_accept_length": 3.5})
+    assert res["_rc"] == 0, res.get("msg")
+    assert res["accept_length"] == pytest.approx(4.0)
+    assert res["smoke"]["spec_verify_ct"] == 4 and res["smoke"]["accept_length"] == pytest.approx(4.0)
+    assert any(c.startswith("accept length: 4 (server average) >= 3.5") for c in res["checks"])
+
+
+def test_min_accept_length_on_autoregressive_server_fails(capsys, standin_factory, golden):
+    target, _drafter = _paths(golden)
+    server = standin_factory(target, wait="ready")
+    res = run(capsys, {"url": server.url, "min_accept_length": 1.0})
+    assert res["_rc"] == 1
+    assert res["speculative"] is False
+    assert "is not speculative" in res["msg"] and "min_accept_length 0" in res["msg"]
+
+
+def test_no_smoke(capsys, standin_factory, golden):
+    target, drafter = _paths(golden)
+    server = standin_factory(target, drafter=drafter, wait="ready")
+    res = run(capsys, {"url": server.url, "smoke": False})
+    assert res["_rc"] == 0, res.get("msg")
+    assert res["smoke"] is None and len(res["checks"]) == 1  # health only (no expect_model_path)
+
+
+def test_connection_refused(capsys):
+    url = "http://127.0.0.1:%d" % free_port()
+    res = run(capsys, {"url": url, "timeout": 0.5, "interval": 0.2, "api_key": API_KEY})
+    assert res["_rc"] == 1 and res["healthy"] is False
+    assert "GET %s/health" % url in res["msg"] and "connection refused" in res["msg"]
+    assert "systemctl status sglang-" in res["msg"]
+
+
+@pytest.mark.parametrize("args,fragment", [
+    ({"url": "ftp://127.0.0.1:30000"}, "scheme must be http or https"),
+    ({"url": "http://admin:hunter2@127.0.0.1:30000"}, "must not contain credentials"),
+    ({"url": "127.0.0.1:30000"}, "scheme must be http or https"),
+    ({"interval": 0}, "interval must be > 0"),
+    ({"timeout": -1}, "timeout must be >= 0"),
+    ({"smoke_max_new_tokens": 0}, "smoke_max_new_tokens must be >= 1"),
+    ({"min_accept_length": -1}, "min_accept_length must be >= 0"),
+])
+def test_bad_input(capsys, args, fragment):
+    res = run(capsys, args, forbidden="hunter2")
+    assert res["_rc"] == 1 and fragment in res["msg"]
+    assert res["polls"] == 0
+
+
+def test_probe_error_keeps_partial_result():
+    with pytest.raises(_sglang_probe.ProbeError) as exc:
+        _sglang_probe.probe(dict(url="http://127.0.0.1:%d" % free_port(), api_key=None, timeout=0, interval=1,
+                                 request_timeout=5, expect_model_path=None, smoke=True,
+                                 smoke_prompt="x", smoke_max_new_tokens=1, min_accept_length=0,
+                                 validate_certs=True, ca_path=None))
+    assert exc.value.result["healthy"] is False and exc.value.result["changed"] is False
+    assert "(1 polls every 1s)" in exc.value.msg
