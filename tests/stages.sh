@@ -160,17 +160,20 @@ do_demo_play() {
     local env=(PATH="$VENV/bin:$PATH" ANSIBLE_COLLECTIONS_PATH="$CACHE/collections" ANSIBLE_HOST_KEY_CHECKING=False)
     local deploy=(ansible-playbook -i "$INVENTORY" playbooks/deploy.yml -e "@$ROOT/tests/lab/demo-vars.yml"
                   -e "model_tools_wheelhouse=$CACHE/wheelhouse/tools")
-    log "1/3 playbooks/deploy.yml: tools venv, then fetch the Kimi-shaped target and its DFlash drafter"
-    log "    from the lab Hub with hf_snapshot, verify both with model_verify, switch current"
+    log "0/3 tests/lab/prepare-hosts.yml: a stand-in nvidia-smi on each lab host (no GPU here)"
+    (cd "$ROOT" && env "${env[@]}" ansible-playbook -i "$INVENTORY" tests/lab/prepare-hosts.yml >/dev/null)
+    log "1/3 playbooks/deploy.yml: tools venv, fetch the Kimi-shaped target and its DFlash drafter from the"
+    log "    lab Hub (hf_snapshot), verify both (model_verify), switch current, then the gated sglang role:"
+    log "    verify again, GPU fit, SGLang's own parser on the config, unit + config, start, probe"
     (cd "$ROOT" && env "${env[@]}" "${deploy[@]}")
     log "2/3 the same playbook again: the re-check (expect changed=0 on every host)"
     (cd "$ROOT" && env "${env[@]}" "${deploy[@]}") | tee "$CACHE/run/demo-recheck.log" | sed -n '/PLAY RECAP/,$p'
     if grep -E "changed=[1-9]" "$CACHE/run/demo-recheck.log" >/dev/null; then
         log "the re-check changed something: see $CACHE/run/demo-recheck.log"; return 1
     fi
-    log "3/3 tests/lab/demo.yml: what is on each host now"
-    (cd "$ROOT" && env "${env[@]}" ansible-playbook -i "$INVENTORY" tests/lab/demo.yml)
-    log "Serving with SGLang (the gated sglang role) is not built yet: the demo stops at verified models."
+    log "3/3 tests/lab/demo.yml: per host, the models, the commit the server serves, checks, accept length"
+    (cd "$ROOT" && env "${env[@]}" ansible-playbook -i "$INVENTORY" tests/lab/demo.yml) | sed -n '/TASK \[Report\]/,/PLAY RECAP/p'
+    log "The server is the lab's SGLang STAND-IN (no GPU here): its accept length and timings are a model."
 }
 
 run_test() {
