@@ -157,7 +157,8 @@ do_integration() {
 
 do_demo_play() {
     link_collection
-    local env=(PATH="$VENV/bin:$PATH" ANSIBLE_COLLECTIONS_PATH="$CACHE/collections" ANSIBLE_HOST_KEY_CHECKING=False)
+    local env=(PATH="$VENV/bin:$PATH" ANSIBLE_COLLECTIONS_PATH="$CACHE/collections" ANSIBLE_HOST_KEY_CHECKING=False
+               ANSIBLE_PIPELINING=True)
     local deploy=(ansible-playbook -i "$INVENTORY" playbooks/deploy.yml -e "@$ROOT/tests/lab/demo-vars.yml"
                   -e "model_tools_wheelhouse=$CACHE/wheelhouse/tools")
     log "0/3 tests/lab/prepare-hosts.yml: a stand-in nvidia-smi on each lab host (no GPU here)"

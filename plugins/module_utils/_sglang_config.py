@@ -19,6 +19,7 @@ options (keys sorted), which is what makes "changed" mean "the server would star
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -60,7 +61,7 @@ def normalise(options, secrets=None):
                 continue
             if isinstance(value, (dict, list)) and source == "secrets":
                 raise ConfigError("secret %s must be a string, not a %s" % (key, type(value).__name__))
-            if isinstance(value, float) and value != value:
+            if isinstance(value, float) and math.isnan(value):
                 raise ConfigError("option %s is NaN" % key)
             out[key] = value
     return out
