@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The gated sglang role on the lab hosts over SSH, through the collection's own playbooks
+# (gpufleet.llm.deploy / gpufleet.llm.verify). The server is the lab's SGLang STAND-IN (no GPU
+# here) started by the real unit the role writes, under its real sandbox; nvidia-smi is a stand-in
+# too (canned 8x H200 output). Everything else is real: systemd, the fixture models from the lab Hub,
+# model_verify, SGLang 0.5.23's own argument parser in the preflight.
+set -euo pipefail
+# shellcheck source=../setup_lab/lab.sh
+. "$(dirname "$0")/../setup_lab/lab.sh"
+cd "$(dirname "$0")"
+KEY=itest-sglang-key-5c1e0d7a      # vars.yml; a test value
+PLAY_ARGS+=(-e "@vars.yml" -e "model_tools_wheelhouse=$WHEELHOUSE")
+export PLAY_FORBIDDEN=$KEY
+cleanup() { ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml >/dev/null || true; rm -f "$MN_INV"; }
+MN_INV=$(mktemp)
+trap cleanup EXIT
+
+# state: "host pid start-epoch restarts sha(config+env+unit)" per host, sorted.
+# shellcheck disable=SC2016  # expanded on the host, not here
+STATE_CMD='for p in MainPID ExecMainStartTimestamp NRestarts; do v=$(systemctl show --timestamp=unix -p $p --value sglang-itest.service); echo ${v:--}; done; cat /etc/sglang/itest.yaml /etc/sglang/itest.env /etc/systemd/system/sglang-itest.service 2>/dev/null | sha256sum | cut -c1-16'
+# on HOSTS CMD: "host stdout-words" per host, from the ad-hoc output ("host | CHANGED | rc=0 >>" + stdout).
+on() {
+    ansible "$1" -i "$INVENTORY" -m ansible.builtin.shell -a "$2" 2>/dev/null | python3 -c '
+import re, sys
+out, host = {}, None
+for line in sys.stdin:
+    m = re.match(r"^(\S+) \| \S+ \| rc=\d+ >>$", line.rstrip("\n"))
+    if m:
+        host = m.group(1)
+        out[host] = []
+    elif host:
+        out[host].append(line.strip())
+for host in sorted(out):
+    print(host, " ".join(" ".join(out[host]).split()) or "-")'
+}
+state() { on gpu_nodes "$STATE_CMD"; }
+field() { awk -v h="$1" -v f="$2" '$1 == h { print $f }'; }   # field HOST N < state
+# must_fail OUT_FILE BOOK ARGS...: the play must fail; its output is kept for greps.
+must_fail() {
+    local out=$1; shift
+    if ansible-playbook "${PLAY_ARGS[@]}" "$@" > "$out" 2>&1; then cat "$out"; echo "expected $* to fail" >&2; exit 1; fi
+    if grep -qF -- "$KEY" "$out"; then echo "the API key leaked into the output of $*" >&2; exit 1; fi
+}
+expect_in() { grep -qE -- "$2" "$1" || { sed -n '/fatal\|FAILED\|msg/p' "$1" | tail -20; echo "expected /$2/ in the output" >&2; exit 1; }; }
+OUT=$(mktemp)
+
+ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml >/dev/null
+ansible-playbook -i "$INVENTORY" "$LAB_DIR/prepare-hosts.yml" >/dev/null
+
+echo "== 1. full deploy of v1.0 (model role, then the sglang role), one server per batch"
+ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.deploy -e gpufleet_serial=1 > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
+sed -n '/PLAY RECAP/,$p' "$OUT"
+[ "$(grep -c 'PLAY \[Fetch, verify and serve, batch by batch\]' "$OUT")" -eq 2 ] || { echo "expected 2 batches of 1 host"; exit 1; }
+ansible-playbook "${PLAY_ARGS[@]}" checks.yml >/dev/null
+S1=$(state); echo "$S1"
+
+echo "== 2. the same deploy again: changed=0, same MainPID and start time"
+play 0 gpufleet.llm.deploy
+S2=$(state)
+[ "$S1" = "$S2" ] || { echo "the server changed on a no-op deploy:"; echo "$S1"; echo "$S2"; exit 1; }
+
+echo "== 3. verify.yml on the healthy fleet: changed=0"
+play 0 gpufleet.llm.verify
+
+echo "== 4. check mode with a changed option: a diff with the API key masked, nothing changed"
+ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.deploy --check --diff -e '{"itest_args": {"chunked_prefill_size": 4096}}' > "$OUT" 2>&1 \
+    || { cat "$OUT"; exit 1; }
+expect_in "$OUT" '^\+chunked-prefill-size: 4096'
+expect_in "$OUT" 'api-key: "\*\*\*\*\*\*\*\*"'
+! grep -qF -- "$KEY" "$OUT" || { echo "API key in the check-mode diff" >&2; exit 1; }
+[ "$(state)" = "$S2" ] || { echo "check mode changed the server" >&2; exit 1; }
+
+echo "== 5. change one option for real: exactly one restart per host"
+play some gpufleet.llm.deploy -e '{"itest_args": {"chunked_prefill_size": 4096}}'
+S3=$(state); echo "$S3"
+for h in gpu1 gpu2; do
+    [ "$(field $h 2 <<<"$S3")" != "$(field $h 2 <<<"$S2")" ] || { echo "$h: not restarted" >&2; exit 1; }
+    [ "$(field $h 4 <<<"$S3")" = 0 ] || { echo "$h: systemd restarted it on failure" >&2; exit 1; }
+    since=$(field $h 3 <<<"$S2")
+    stops=$(on "$h" "journalctl -u sglang-itest.service --since $since --no-pager | grep -c 'standin: stopped' || true" | field "$h" 2)
+    [ "$stops" = 1 ] || { echo "$h: $stops stops since the previous start (expected exactly 1)" >&2; exit 1; }
+done
+ARGS='{"itest_args": {"chunked_prefill_size": 4096}}'
+
+echo "== 6. a misspelt option: the preflight fails naming it, nothing is written"
+must_fail "$OUT" gpufleet.llm.deploy -e '{"itest_args": {"chunked_prefill_size": 4096, "speculativ_num_steps": 3}}'
+expect_in "$OUT" 'speculativ-num-steps'
+[ "$(state)" = "$S3" ] || { echo "a failed preflight changed the server" >&2; exit 1; }
+
+echo "== 7. the second commit, one shard corrupted on gpu2: gpu2 fails before any write, keeps serving v1.0"
+play some gpufleet.llm.deploy -e "$ARGS" -e itest_revision=main -e gpufleet_serve=false
+ansible-playbook "${PLAY_ARGS[@]}" corrupt.yml -e itest_host=gpu2 >/dev/null
+must_fail "$OUT" serve.yml -e "$ARGS"
+expect_in "$OUT" 'gpu2.*not starting SGLang on a model that failed verification'
+expect_in "$OUT" 'model-00003-of-000004.safetensors'
+S4=$(state); echo "$S4"
+[ "$(field gpu2 2 <<<"$S4") $(field gpu2 5 <<<"$S4")" = "$(field gpu2 2 <<<"$S3") $(field gpu2 5 <<<"$S3")" ] \
+    || { echo "gpu2's server or config changed after a failed verification" >&2; exit 1; }
+[ "$(field gpu1 2 <<<"$S4")" != "$(field gpu1 2 <<<"$S3")" ] || { echo "gpu1 did not move to the new commit" >&2; exit 1; }
+ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e itest_host=gpu2 -e itest_serving=old >/dev/null
+ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e itest_host=gpu1 -e itest_serving=current >/dev/null
+echo "   the deploy repairs gpu2 (hf_snapshot re-fetches the damaged shard) and moves it to the new commit"
+ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.deploy -e "$ARGS" -e itest_revision=main > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
+ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e itest_serving=current >/dev/null
+S5=$(state)
+
+echo "== 8. a probe that fails after the restart: rollback to the previous config, old server answers"
+must_fail "$OUT" gpufleet.llm.deploy -e "$ARGS" -e itest_revision=main -e itest_ready_timeout=6 \
+    -e '{"itest_env": {"GPUFLEET_STANDIN_NEVER_READY": "1"}}'
+expect_in "$OUT" 'ROLLED BACK'
+expect_in "$OUT" 'the previous server answers for /srv/itest-sglang/models/kimi/'
+S6=$(state); echo "$S6"
+for h in gpu1 gpu2; do
+    [ "$(field $h 5 <<<"$S6")" = "$(field $h 5 <<<"$S5")" ] || { echo "$h: files not restored" >&2; exit 1; }
+done
+ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e itest_serving=current >/dev/null
+play 0 gpufleet.llm.deploy -e "$ARGS" -e itest_revision=main
+
+echo "== 9. two hosts as one multi-node server: ranks, dist-init-addr, one batch, restarted together"
+{ cat "$INVENTORY"; printf '\n[itest_mn]\ngpu1\ngpu2\n'; } > "$MN_INV"
+ansible-playbook -i "$MN_INV" -e "@vars.yml" -e "model_tools_wheelhouse=$WHEELHOUSE" gpufleet.llm.deploy -e "$ARGS" \
+    -e itest_revision=main -e sglang_multinode_group=itest_mn -e gpufleet_serial=1 > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
+[ "$(grep -c 'PLAY \[Fetch, verify and serve, batch by batch\]' "$OUT")" -eq 1 ] || { echo "the ranks were split across batches" >&2; exit 1; }
+expect_in "$OUT" 'skipping: \[gpu2\]'
+ansible-playbook -i "$MN_INV" multinode-checks.yml >/dev/null
+S7=$(state); echo "$S7"
+for h in gpu1 gpu2; do
+    [ "$(field $h 2 <<<"$S7")" != "$(field $h 2 <<<"$S6")" ] || { echo "$h: not restarted with its rank" >&2; exit 1; }
+done
+
+echo "== 10. verify.yml on a corrupted shard: fails naming the host and the file"
+ansible-playbook "${PLAY_ARGS[@]}" corrupt.yml -e itest_host=gpu1 >/dev/null
+must_fail "$OUT" gpufleet.llm.verify -e "$ARGS" -e itest_revision=main -e sglang_multinode_group=itest_mn -i "$MN_INV"
+expect_in "$OUT" 'gpu1'
+expect_in "$OUT" 'model-00003-of-000004.safetensors'
+echo "sglang_role: all scenarios passed"
