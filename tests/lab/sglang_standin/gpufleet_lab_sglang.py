@@ -171,7 +171,7 @@ def predicted_speedup(block: int, mean: float, max_new_tokens: int, spec_cost: f
 
 def draw_step_tokens(rng: random.Random, block: int, p: float, left: int) -> int:
     """One speculative verify step: 1 + Binomial(block - 1, p), truncated to `left`."""
-    k = 1 + sum(1 for _ in range(block - 1) if rng.random() < p)
+    k = 1 + sum(1 for _draft in range(block - 1) if rng.random() < p)
     return min(k, left)
 
 
@@ -621,7 +621,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return
             handler = ROUTES.get((method, path))
             if handler is None:
-                self._json(404 if not any(p == path for _, p in ROUTES) else 405,
+                self._json(404 if not any(p == path for _method, p in ROUTES) else 405,
                            {"error": f"no route {method} {path}"})
                 return
             handler(self)
@@ -707,7 +707,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     time.sleep(delay)
                 left = max_new - len(words)
                 k = draw_step_tokens(rng, model.block, model.p, left) if model.speculative else 1
-                for _ in range(k):
+                for _token in range(k):
                     words.append(VOCAB[(number * 7919 + len(words) * 31) % len(VOCAB)])
                 steps += 1
                 if req["stream"] and len(words) < max_new:
