@@ -1,0 +1,510 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""sglang_bench's logic: the prompt set, the built-in load generator, the aggregates, and
+SGLang's own ``sglang.bench_serving`` as an alternative engine.
+
+Private to the collection: not a public API, may change without notice.
+
+Standard library only, no Ansible imports (the module runs this on the GPU host).
+
+* ``load_prompts()``: a JSONL file, one ``{"prompt", "category", "max_new_tokens"?}`` per line.
+* ``run_level()``: one concurrency level with the built-in client: one thread per request slot,
+  each streaming ``POST /generate`` (temperature 0, ``ignore_eos`` so every request produces its
+  full ``max_new_tokens``, as bench_serving does) and recording time to first token, end-to-end
+  latency, output tokens and the request's accept length, ``completion_tokens / spec_verify_ct``.
+* ``aggregate()``: throughput (output tokens / wall time of the level), p50/p90/p99 of latency and
+  TTFT, and the level's accept length as total tokens / total verify steps (a mean of per-request
+  ratios would weigh a 3-token request like a 300-token one), cross-checked with the server's own
+  ``/server_info`` ``avg_spec_accept_length``.
+* ``bench_serving_command()`` / ``parse_bench_serving()``: run ``python -m sglang.bench_serving``
+  for one level and read its JSONL result line (keys as SGLang writes them: ``output_throughput``,
+  ``accept_length``, ``median_e2e_latency_ms``, ...) into the same level shape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_http
+
+CATEGORIES = ("chat", "code", "math")
+ENGINES = ("builtin", "bench_serving")
+LABELS = ("spec", "baseline")
+# One line of a prompt file never needs more; a bigger one is almost certainly the wrong file.
+MAX_PROMPT_CHARS = 100000
+# How many failed requests a level result quotes (all are counted).
+MAX_ERRORS_QUOTED = 5
+PERCENTILES = (50, 90, 99)
+
+
+class BenchError(Exception):
+    """Bad input or a failed run; the message names the problem and the fix."""
+
+
+# --- inputs ----------------------------------------------------------------------------------------
+
+def load_prompts(path):
+    """The prompts of a JSONL file as a list of dicts; raises BenchError naming each bad line.
+
+    Blank lines are skipped. Every problem in the file is reported at once (up to 10), each with
+    its line number, so one run of the module fixes a hand-written file.
+    """
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except (IOError, OSError) as exc:
+        raise BenchError("prompts file %s cannot be read (%s); give the path of a JSONL prompt file on this host "
+                         "(the benchmark playbook copies the collection's default set there)"
+                         % (path, getattr(exc, "strerror", None) or exc))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BenchError("prompts file %s is not UTF-8 (%s); save it as UTF-8 JSONL" % (path, exc))
+    prompts, problems = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        entry, problem = _prompt_entry(line)
+        if problem:
+            problems.append("line %d: %s" % (number, problem))
+        else:
+            entry["line"] = number
+            prompts.append(entry)
+    if problems:
+        shown = problems[:10]
+        more = len(problems) - len(shown)
+        raise BenchError("prompts file %s has %d bad line(s): %s%s. Each line must be a JSON object like "
+                         '{"prompt": "...", "category": "chat", "max_new_tokens": 128} (category one of %s; '
+                         "max_new_tokens optional)"
+                         % (path, len(problems), "; ".join(shown), " (and %d more)" % more if more else "",
+                            ", ".join(CATEGORIES)))
+    if not prompts:
+        raise BenchError("prompts file %s has no prompts (it is empty or only blank lines); put one JSON object per "
+                         'line, for example {"prompt": "Explain TCP slow start.", "category": "chat"}, or leave '
+                         "prompts unset in the playbook to use the collection's default set" % path)
+    return prompts
+
+
+def _prompt_entry(line):
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        return None, "not valid JSON (%s)" % exc
+    if not isinstance(data, dict):
+        return None, "a JSON %s, not an object" % type(data).__name__
+    unknown = sorted(set(data) - {"prompt", "category", "max_new_tokens"})
+    if unknown:
+        return None, "unknown key(s) %s (allowed: prompt, category, max_new_tokens)" % ", ".join(unknown)
+    prompt = data.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        return None, "'prompt' must be a non-empty string"
+    if len(prompt) > MAX_PROMPT_CHARS:
+        return None, "'prompt' is %d characters long (limit %d)" % (len(prompt), MAX_PROMPT_CHARS)
+    category = data.get("category")
+    if category not in CATEGORIES:
+        return None, "'category' must be one of %s (got %r)" % (", ".join(CATEGORIES), category)
+    entry = dict(prompt=prompt, category=category)
+    if "max_new_tokens" in data:
+        value = data["max_new_tokens"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return None, "'max_new_tokens' must be an integer >= 1 (got %r)" % (value,)
+        entry["max_new_tokens"] = value
+    return entry, None
+
+
+def validate(concurrency, num_requests, max_new_tokens, engine, label, request_timeout=600.0):
+    """Problems with the scalar parameters, as a list of messages (empty when all is well)."""
+    problems = []
+    if not concurrency:
+        problems.append("concurrency is empty; give a list of levels such as [1, 8, 32]")
+    else:
+        bad = [c for c in concurrency if isinstance(c, bool) or not isinstance(c, int) or c < 1]
+        if bad:
+            problems.append("concurrency levels must be integers >= 1 (got %s); for example [1, 8, 32]"
+                            % ", ".join(repr(c) for c in bad))
+        elif len(set(concurrency)) != len(concurrency):
+            problems.append("concurrency lists a level twice (%s); list each level once" % list(concurrency))
+    if not isinstance(num_requests, int) or num_requests < 1:
+        problems.append("num_requests must be >= 1 (got %r): it is the number of requests per concurrency level"
+                        % (num_requests,))
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        problems.append("max_new_tokens must be >= 1 (got %r)" % (max_new_tokens,))
+    if engine not in ENGINES:
+        problems.append("engine must be one of %s (got %r)" % (", ".join(ENGINES), engine))
+    if label not in LABELS:
+        problems.append("label must be one of %s (got %r)" % (", ".join(LABELS), label))
+    if request_timeout is None or request_timeout <= 0:
+        problems.append("request_timeout must be > 0 seconds (got %r)" % (request_timeout,))
+    return problems
+
+
+def build_requests(prompts, num_requests, max_new_tokens):
+    """``num_requests`` requests taking the prompts in turn (a prompt's own max_new_tokens wins)."""
+    out = []
+    for index in range(num_requests):
+        prompt = prompts[index % len(prompts)]
+        out.append(dict(index=index, prompt=prompt["prompt"], category=prompt["category"],
+                        max_new_tokens=prompt.get("max_new_tokens", max_new_tokens)))
+    return out
+
+
+def workload_summary(prompts, num_requests, max_new_tokens, concurrency, engine, prompts_path):
+    categories = {}
+    for prompt in prompts:
+        categories[prompt["category"]] = categories.get(prompt["category"], 0) + 1
+    return dict(prompts=prompts_path, prompt_count=len(prompts), categories=categories, num_requests=num_requests,
+                max_new_tokens=max_new_tokens, concurrency=list(concurrency), temperature=0.0, engine=engine)
+
+
+# --- the server's own view ---------------------------------------------------------------------------
+
+def server_state(base_url, api_key=None, timeout=30.0, validate_certs=True, ca_path=None):
+    """What ``/server_info`` says: version, stand-in flag, speculative algorithm and accept length.
+
+    ``/get_server_info`` is the older name (SGLang keeps both); tried when ``/server_info`` is 404.
+    """
+    data = None
+    for path in ("/server_info", "/get_server_info"):
+        status, data = _sglang_http.call(base_url, path, api_key=api_key, timeout=timeout,
+                                         validate_certs=validate_certs, ca_path=ca_path)
+        if status == 200 and isinstance(data, dict):
+            break
+        if status != 404:
+            raise BenchError("GET %s%s answered %s%s; the benchmark needs the server's /server_info (check url and "
+                             "api_key)" % (base_url, path, status, _detail(data)))
+    else:
+        raise BenchError("%s has neither /server_info nor /get_server_info: is this an SGLang server?" % base_url)
+    if "decode" in data and isinstance(data["decode"], list) and data["decode"]:
+        data = data["decode"][0]  # PD-disaggregated servers nest the decode side's info
+    states = data.get("internal_states") or [{}]
+    state = states[0] if isinstance(states[0], dict) else {}
+    algorithm = data.get("speculative_algorithm")
+    accept = _num(state.get("avg_spec_accept_length"))
+    if "speculative_algorithm" in data:
+        speculative = bool(algorithm) and str(algorithm).upper() not in ("NONE", "NULL")
+    else:
+        # Without the option in /server_info, SGLang's accept-length figure is the tell: it is
+        # reported only with speculative decoding.
+        speculative = accept is not None
+    return dict(version=data.get("version"), standin=bool(data.get("standin", False)),
+                speculative_algorithm=algorithm, speculative=speculative,
+                model_path=data.get("model_path"),
+                avg_spec_accept_length=accept,
+                spec_verify_ct_total=_num(state.get("spec_verify_ct_total")))
+
+
+def _detail(data):
+    text = _sglang_http.error_text(data)
+    return " (%s)" % text if text else ""
+
+
+def _num(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value
+
+
+def server_window(before, after):
+    """The server's accept length over just this level, from two cumulative /server_info readings.
+
+    Needs ``spec_verify_ct_total`` (the lab stand-in reports it; SGLang may not): tokens before and
+    after are avg * count, and the window is their difference over the difference of counts.
+    """
+    try:
+        ct_b, ct_a = before["spec_verify_ct_total"], after["spec_verify_ct_total"]
+        avg_b, avg_a = before["avg_spec_accept_length"] or 0.0, after["avg_spec_accept_length"]
+    except (KeyError, TypeError):
+        return None, None
+    if ct_a is None or ct_b is None or avg_a is None or ct_a <= ct_b:
+        return None, None
+    steps = ct_a - ct_b
+    return (avg_a * ct_a - avg_b * ct_b) / steps, steps
+
+
+# --- the built-in load generator ---------------------------------------------------------------------
+
+def one_request(base_url, request, api_key=None, request_timeout=600.0, validate_certs=True, ca_path=None,
+                clock=time.monotonic):
+    """Stream one generation; returns its record (``ok`` False with ``error`` on failure)."""
+    body = {"text": request["prompt"],
+            "sampling_params": {"max_new_tokens": request["max_new_tokens"], "temperature": 0.0, "ignore_eos": True}}
+    record = dict(index=request["index"], category=request["category"], max_new_tokens=request["max_new_tokens"],
+                  ok=False, error=None, ttft=None, latency=None, prompt_tokens=None, output_tokens=0,
+                  spec_verify_ct=None, accept_length=None, chunks=0)
+    start = clock()
+    meta = {}
+    stream = _sglang_http.stream_generate(base_url, body, api_key=api_key, timeout=request_timeout,
+                                          validate_certs=validate_certs, ca_path=ca_path)
+    try:
+        for when, chunk in stream:
+            meta = chunk.get("meta_info") or {}
+            record["chunks"] += 1
+            if record["ttft"] is None and (meta.get("completion_tokens") or 0) >= 1:
+                record["ttft"] = when - start
+            # The per-read timeout of the stream never fires while steps keep coming: bound the
+            # whole request here, so one endless generation cannot hold the benchmark (and a
+            # server on its baseline config) forever.
+            if when - start > request_timeout:
+                raise BenchError("request %d ran longer than request_timeout (%ss); raise request_timeout or "
+                                 "lower max_new_tokens" % (request["index"], request_timeout))
+    except (_sglang_http.SGLangHTTPError, BenchError) as exc:
+        record["error"] = str(exc)
+        record["latency"] = clock() - start
+        return record
+    finally:
+        stream.close()
+    record["latency"] = clock() - start
+    record["prompt_tokens"] = meta.get("prompt_tokens")
+    record["output_tokens"] = int(meta.get("completion_tokens") or 0)
+    verify = _num(meta.get("spec_verify_ct"))
+    record["spec_verify_ct"] = verify
+    if verify:
+        record["accept_length"] = record["output_tokens"] / float(verify)
+    if record["ttft"] is None:
+        record["ttft"] = record["latency"]
+    finish = meta.get("finish_reason")
+    record["finish_reason"] = finish.get("type") if isinstance(finish, dict) else finish
+    if record["output_tokens"] < 1:
+        record["error"] = "the server finished request %d without generating a token" % request["index"]
+        return record
+    record["ok"] = True
+    return record
+
+
+def run_level(base_url, requests, concurrency, api_key=None, request_timeout=600.0, validate_certs=True,
+              ca_path=None, clock=time.monotonic, stop_on_error=True):
+    """Run ``requests`` with ``concurrency`` slots; returns (records in request order, wall seconds).
+
+    One thread per slot, each taking the next request as soon as its previous one finished, so the
+    server sees exactly ``concurrency`` requests in flight until the queue runs dry. With
+    ``stop_on_error`` a failed request stops the slots from taking new requests (a server that
+    went away should not be hammered for the rest of the queue).
+    """
+    lock = threading.Lock()
+    queue = list(requests)
+    records = []
+    failed = threading.Event()
+
+    def slot():
+        while True:
+            with lock:
+                if not queue or (stop_on_error and failed.is_set()):
+                    return
+                request = queue.pop(0)
+            record = one_request(base_url, request, api_key=api_key, request_timeout=request_timeout,
+                                 validate_certs=validate_certs, ca_path=ca_path, clock=clock)
+            record["concurrency"] = concurrency
+            with lock:
+                records.append(record)
+            if not record["ok"]:
+                failed.set()
+
+    threads = [threading.Thread(target=slot, name="bench-slot-%d" % i) for i in range(min(concurrency, len(queue)))]
+    start = clock()
+    for thread in threads:
+        thread.daemon = True  # a hung request must not keep the module process alive after a failure
+        thread.start()
+    # Bounded: every request is bounded by request_timeout (plus the read timeout of its last chunk).
+    limit = request_timeout * 2 + 5
+    for thread in threads:
+        remaining = limit * (len(requests) // max(1, concurrency) + 1) - (clock() - start)
+        thread.join(max(1.0, remaining))
+    wall = clock() - start
+    if any(t.is_alive() for t in threads):
+        raise BenchError("the load generator's threads did not finish within request_timeout bounds; the server "
+                         "stopped answering mid-stream?")
+    records.sort(key=lambda r: r["index"])
+    return records, wall
+
+
+# --- aggregates ---------------------------------------------------------------------------------------
+
+def percentile(values, pct):
+    """Linear interpolation between closest ranks (numpy's default): p50 of [1, 2, 3, 4] is 2.5."""
+    data = sorted(values)
+    if not data:
+        return None
+    if len(data) == 1:
+        return data[0]
+    rank = (len(data) - 1) * pct / 100.0
+    low = int(math.floor(rank))
+    high = min(low + 1, len(data) - 1)
+    return data[low] + (data[high] - data[low]) * (rank - low)
+
+
+def distribution(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return dict(mean=None, p50=None, p90=None, p99=None, max=None)
+    out = dict(mean=sum(values) / len(values), max=max(values))
+    for pct in PERCENTILES:
+        out["p%d" % pct] = percentile(values, pct)
+    return out
+
+
+def aggregate(records, wall, concurrency, server_before=None, server_after=None):
+    """The aggregates of one level (see docs/benchmark.md for every key)."""
+    ok = [r for r in records if r["ok"]]
+    failed = [r for r in records if not r["ok"]]
+    output_tokens = sum(r["output_tokens"] for r in ok)
+    spec = [r for r in ok if r["spec_verify_ct"]]
+    verify_steps = sum(r["spec_verify_ct"] for r in spec)
+    accept = (sum(r["output_tokens"] for r in spec) / float(verify_steps)) if verify_steps else None
+    level = dict(
+        concurrency=concurrency,
+        requests=len(records),
+        succeeded=len(ok),
+        failed=len(failed),
+        errors=[r["error"] for r in failed[:MAX_ERRORS_QUOTED]],
+        wall_seconds=wall,
+        output_tokens=output_tokens,
+        prompt_tokens=sum(r["prompt_tokens"] or 0 for r in ok),
+        output_throughput=(output_tokens / wall) if wall > 0 else None,
+        request_throughput=(len(ok) / wall) if wall > 0 else None,
+        latency_s=distribution([r["latency"] for r in ok]),
+        ttft_s=distribution([r["ttft"] for r in ok]),
+        accept_length=accept,
+        verify_steps=verify_steps,
+        server_accept_length=None,
+        server_accept_length_window=None,
+        server_verify_steps_window=None,
+        accept_length_server_diff_pct=None,
+        source="builtin",
+    )
+    if server_after:
+        level["server_accept_length"] = server_after.get("avg_spec_accept_length")
+        window, steps = server_window(server_before or {}, server_after)
+        level["server_accept_length_window"] = window
+        level["server_verify_steps_window"] = steps
+        reference = window if window is not None else level["server_accept_length"]
+        if accept and reference:
+            level["accept_length_server_diff_pct"] = 100.0 * (reference - accept) / accept
+    return level
+
+
+def speedup(spec_levels, baseline_levels):
+    """Per concurrency level present in both: spec vs baseline output throughput and latency."""
+    base = dict((lvl["concurrency"], lvl) for lvl in baseline_levels or [])
+    out = []
+    for lvl in spec_levels or []:
+        other = base.get(lvl["concurrency"])
+        if not other:
+            continue
+        s_tp, b_tp = lvl.get("output_throughput"), other.get("output_throughput")
+        s_lat, b_lat = (lvl.get("latency_s") or {}).get("p50"), (other.get("latency_s") or {}).get("p50")
+        out.append(dict(concurrency=lvl["concurrency"], spec_output_throughput=s_tp, baseline_output_throughput=b_tp,
+                        speedup=(s_tp / b_tp) if s_tp and b_tp else None,
+                        latency_p50_ratio=(b_lat / s_lat) if s_lat and b_lat else None))
+    return out
+
+
+def level_failure_message(level, base_url, label):
+    return ("%d of %d requests failed at concurrency %d against %s (%s run); first error(s): %s. The server may "
+            "have restarted or stopped mid-run (journalctl -u the sglang unit), or a request was rejected; fix it "
+            "and run the benchmark again"
+            % (level["failed"], level["requests"], level["concurrency"], base_url, label, " | ".join(level["errors"])))
+
+
+# --- SGLang's own bench_serving ------------------------------------------------------------------------
+
+BENCH_SERVING_MODULE = "sglang.bench_serving"
+# Exits 0 when `sglang.bench_serving` is importable (find_spec imports the sglang package only).
+PROBE_SNIPPET = ("import importlib.util, sys\n"
+                 "try:\n    spec = importlib.util.find_spec('sglang.bench_serving')\n"
+                 "except Exception:\n    spec = None\nsys.exit(0 if spec else 3)\n")
+
+
+def sharegpt_dataset(requests):
+    """The requests as a ShareGPT-format dataset, the form bench_serving reads with ``--dataset-path``.
+
+    bench_serving samples its prompts from such a file; the reply turn is empty because
+    ``--sharegpt-output-len`` fixes the output length instead.
+    """
+    return [{"id": "gpufleet-%d" % r["index"],
+             "conversations": [{"from": "human", "value": r["prompt"]}, {"from": "gpt", "value": ""}]}
+            for r in requests]
+
+
+def bench_serving_command(python, base_url, dataset_path, output_file, num_requests, max_new_tokens, concurrency,
+                          seed=1):
+    """argv for one level. The API key is NOT here: bench_serving reads it from OPENAI_API_KEY."""
+    return [python, "-m", BENCH_SERVING_MODULE, "--backend", "sglang", "--base-url", base_url,
+            "--dataset-name", "sharegpt", "--dataset-path", dataset_path,
+            "--num-prompts", str(num_requests), "--sharegpt-output-len", str(max_new_tokens),
+            "--max-concurrency", str(concurrency), "--request-rate", "inf",
+            "--output-file", output_file, "--output-details", "--disable-tqdm", "--seed", str(seed)]
+
+
+def parse_bench_serving(text, concurrency=None):
+    """One level from bench_serving's ``--output-file`` text (JSONL: it appends one line per run).
+
+    Reads the last line. Returns (level, records); records are built from ``--output-details``
+    lists when present (latency = ttft + the inter-token latencies), else empty.
+    """
+    # Only JSON-object lines: bench_serving writes nothing else there, and anything else (a
+    # comment, a truncated write) must not hide the last complete result.
+    lines = [line for line in (text or "").splitlines() if line.lstrip().startswith("{")]
+    if not lines:
+        raise BenchError("bench_serving wrote no result line to its output file (did it fail? see its stdout)")
+    try:
+        data = json.loads(lines[-1])
+    except ValueError as exc:
+        raise BenchError("bench_serving's output file does not end with a JSON line (%s)" % exc)
+    if not isinstance(data, dict) or "output_throughput" not in data:
+        raise BenchError("bench_serving's result has no output_throughput: not a bench_serving result "
+                         "(keys: %s)" % ", ".join(sorted(data)[:20] if isinstance(data, dict) else []))
+
+    def sec(key):
+        value = _num(data.get(key))
+        return value / 1000.0 if value is not None else None
+
+    level_c = data.get("max_concurrency") or concurrency
+    records = []
+    ttfts, itls, outs = data.get("ttfts"), data.get("itls"), data.get("output_lens")
+    errors, inputs = data.get("errors") or [], data.get("input_lens") or []
+    if isinstance(ttfts, list) and isinstance(outs, list):
+        for i, ttft in enumerate(ttfts):
+            err = errors[i] if i < len(errors) else ""
+            itl = itls[i] if isinstance(itls, list) and i < len(itls) and isinstance(itls[i], list) else []
+            records.append(dict(index=i, category=None, ok=not err, error=err or None, ttft=ttft,
+                                latency=(ttft or 0.0) + sum(itl), prompt_tokens=inputs[i] if i < len(inputs) else None,
+                                output_tokens=outs[i] if i < len(outs) else 0, spec_verify_ct=None,
+                                accept_length=None, concurrency=level_c))
+    completed = int(data.get("completed") or 0)
+    failed = sum(1 for r in records if not r["ok"])
+    level = dict(
+        concurrency=level_c,
+        requests=completed + failed,
+        succeeded=completed,
+        failed=failed,
+        errors=[r["error"] for r in records if not r["ok"]][:MAX_ERRORS_QUOTED],
+        wall_seconds=_num(data.get("duration")),
+        output_tokens=_num(data.get("total_output_tokens")),
+        prompt_tokens=_num(data.get("total_input_tokens")),
+        output_throughput=_num(data.get("output_throughput")),
+        request_throughput=_num(data.get("request_throughput")),
+        latency_s=dict(mean=sec("mean_e2e_latency_ms"), p50=sec("median_e2e_latency_ms"), p90=None,
+                       p99=sec("p99_e2e_latency_ms"), max=None),
+        ttft_s=dict(mean=sec("mean_ttft_ms"), p50=sec("median_ttft_ms"), p90=None, p99=sec("p99_ttft_ms"), max=None),
+        # bench_serving reads the accept length from the server's /get_server_info after the run.
+        accept_length=_num(data.get("accept_length")),
+        verify_steps=None,
+        server_accept_length=_num(data.get("accept_length")),
+        server_accept_length_window=None,
+        server_verify_steps_window=None,
+        accept_length_server_diff_pct=None,
+        source="bench_serving",
+    )
+    if records and all(r["latency"] is not None for r in records if r["ok"]):
+        lat = distribution([r["latency"] for r in records if r["ok"]])
+        level["latency_s"]["p90"] = lat["p90"]
+        level["latency_s"]["max"] = lat["max"]
+        ttft = distribution([r["ttft"] for r in records if r["ok"]])
+        level["ttft_s"]["p90"] = ttft["p90"]
+        level["ttft_s"]["max"] = ttft["max"]
+    return level, records

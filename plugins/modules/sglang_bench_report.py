@@ -1,0 +1,160 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_bench_report
+short_description: Write a benchmark report (JSON, markdown table, PNG plots) from sglang_bench results
+version_added: 0.1.0
+description:
+  - "Meant to run on the controller (C(delegate_to: localhost)) with the registered results of
+    M(gpufleet.llm.sglang_bench) for one host: the speculative run and, when it ran, the baseline run."
+  - "Writes into O(dest): C(benchmark-<host>-<timestamp>.json) (the report document, C(schema_version) 1, see
+    docs/benchmark.md), C(benchmark-<host>-<timestamp>.md) (a markdown table, one row per run and concurrency
+    level, with the speedup per level when a baseline ran) and two PNG plots of 800x500 pixels: output throughput
+    vs concurrency (spec vs baseline) and a histogram of the per-request accept lengths."
+  - The plots are made with matplotlib (Agg backend, no display needed).
+  - A report of the lab's SGLang stand-in says in every file that its figures say nothing about GPU performance.
+author:
+  - gpufleet.llm maintainers (@gpufleet)
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Builds and checks the report and returns the file names and the markdown; writes nothing.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
+    support: none
+    details: Each run writes a new set of files named after O(timestamp) (default now).
+options:
+  dest:
+    description: Directory on the controller for the report files; must exist.
+    type: path
+    required: true
+  host:
+    description: The benchmarked host's name (inventory hostname), used in the file names and titles.
+    type: str
+    required: true
+  spec:
+    description: The registered result of M(gpufleet.llm.sglang_bench) with O(gpufleet.llm.sglang_bench#module:label=spec).
+    type: dict
+    required: true
+  baseline:
+    description: The registered result of the baseline run (O(gpufleet.llm.sglang_bench#module:label=baseline)), if one ran.
+    type: dict
+  baseline_note:
+    description: Why there is no baseline (shown in the report when O(baseline) is not given).
+    type: str
+  timestamp:
+    description: The timestamp part of the file names. Default the current UTC time as C(YYYYmmddTHHMMSSZ).
+    type: str
+  plots:
+    description: Write the PNG plots (needs matplotlib).
+    type: bool
+    default: true
+requirements:
+  - matplotlib (for O(plots=true)), in the controller's Python (C(requirements/controller.txt) pins it)
+seealso:
+  - module: gpufleet.llm.sglang_bench
+"""
+
+EXAMPLES = r"""
+- name: Report (on the controller)
+  gpufleet.llm.sglang_bench_report:
+    dest: "{{ playbook_dir }}/benchmark-reports"
+    host: "{{ inventory_hostname }}"
+    spec: "{{ bench_spec }}"
+    baseline: "{{ bench_baseline if bench_baseline is not skipped else omit }}"
+    baseline_note: set sglang_bench_baseline=true to run the baseline
+  delegate_to: localhost
+  become: false
+"""
+
+RETURN = r"""
+files:
+  description: Absolute paths of the files written (or that would be written in check mode).
+  returned: always
+  type: dict
+  sample: {"json": "/home/ops/benchmark-reports/benchmark-gpu1-20260101T120000Z.json",
+           "markdown": "/home/ops/benchmark-reports/benchmark-gpu1-20260101T120000Z.md",
+           "throughput_png": "/home/ops/benchmark-reports/benchmark-gpu1-20260101T120000Z-throughput.png",
+           "accept_length_png": "/home/ops/benchmark-reports/benchmark-gpu1-20260101T120000Z-accept-length.png"}
+speedup:
+  description: Per concurrency level in both runs, spec and baseline output throughput and their ratio.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"concurrency": 8, "spec_output_throughput": 910.2, "baseline_output_throughput": 312.5,
+            "speedup": 2.91, "latency_p50_ratio": 2.88}]
+markdown:
+  description: The markdown report text.
+  returned: always
+  type: str
+standin:
+  description: True when the benchmarked server was the lab's stand-in.
+  returned: always
+  type: bool
+"""
+
+import os
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_report as report
+
+try:
+    import matplotlib  # noqa: F401  pylint: disable=unused-import
+except ImportError:
+    MATPLOTLIB_ERROR = traceback.format_exc()
+else:
+    MATPLOTLIB_ERROR = None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            dest=dict(type="path", required=True),
+            host=dict(type="str", required=True),
+            spec=dict(type="dict", required=True),
+            baseline=dict(type="dict"),
+            baseline_note=dict(type="str"),
+            timestamp=dict(type="str"),
+            plots=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["plots"] and MATPLOTLIB_ERROR:
+        module.fail_json(msg=missing_required_lib("matplotlib", reason="to draw the benchmark plots (or set plots=false)"),
+                         exception=MATPLOTLIB_ERROR)
+    dest = os.path.abspath(params["dest"])
+    timestamp = params["timestamp"] or report.timestamp_now()
+    try:
+        if module.check_mode:
+            paths = report.file_names(dest, params["host"], timestamp)
+            if not params["plots"]:
+                paths["throughput_png"] = paths["accept_length_png"] = None
+            doc = report.build(params["host"], params["spec"], params["baseline"], params["baseline_note"],
+                               files=dict((k, v) for k, v in paths.items() if v))
+            text = report.markdown(doc)
+        else:
+            doc, paths, text = report.write(dest, params["host"], params["spec"], params["baseline"],
+                                            params["baseline_note"], timestamp, params["plots"])
+    except report.ReportError as exc:
+        module.fail_json(msg=str(exc))
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="cannot write the report into %s: %s" % (dest, exc))
+    module.exit_json(changed=True, files=paths, speedup=doc["speedup"], markdown=text, standin=doc["standin"])
+
+
+if __name__ == "__main__":
+    main()

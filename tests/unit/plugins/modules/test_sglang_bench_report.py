@@ -1,0 +1,163 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""sglang_bench_report from real sglang_bench results: the speculative and the baseline run against
+the lab's SGLang STAND-IN on loopback (not SGLang, no GPU: its figures come from its open delay
+model and say nothing about GPU performance, which the report must say too). Checks that the files
+exist and parse: the JSON against the report schema, the markdown table rows, the PNGs open with
+the expected pixel size."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_report as report
+from ansible_collections.gpufleet.llm.plugins.modules import sglang_bench, sglang_bench_report
+from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
+from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noqa: F401 pylint: disable=unused-import
+    ROOT, standin_factory)
+
+PROMPTS = os.path.join(ROOT, "playbooks", "files", "bench-prompts.jsonl")
+LEVELS = [1, 4]
+
+
+def _paths(golden):
+    return os.path.join(golden, "target"), os.path.join(golden, "drafter")
+
+
+def _bench(capsys, url, label):
+    res = run_module(sglang_bench.main, capsys, {"url": url, "prompts": PROMPTS, "concurrency": LEVELS,
+                                                 "num_requests": 8, "max_new_tokens": 32, "label": label})
+    assert res["_rc"] == 0, res.get("msg")
+    # As registered by a play: the runner's exit code and the structured warnings are not part of it
+    for key in ("_rc", "warnings", "deprecations"):
+        res.pop(key, None)
+    return res
+
+
+@pytest.fixture
+def results(capsys, standin_factory, golden):
+    target, drafter = _paths(golden)
+    spec = standin_factory(target, drafter=drafter, wait="ready", env={"GPUFLEET_STANDIN_STEP_MS": "5"})
+    base = standin_factory(target, wait="ready", env={"GPUFLEET_STANDIN_STEP_MS": "5"})
+    return _bench(capsys, spec.url, "spec"), _bench(capsys, base.url, "baseline")
+
+
+@pytest.fixture
+def out(tmp_path):
+    """The report directory (tmp_path also holds the stand-ins' directories)."""
+    path = tmp_path / "reports"
+    path.mkdir()
+    return path
+
+
+def _report(capsys, args, check_mode=False):
+    return run_module(sglang_bench_report.main, capsys, args, check_mode=check_mode)
+
+
+def _png_size(path):
+    from matplotlib import image  # pylint: disable=import-outside-toplevel
+
+    pixels = image.imread(path)
+    return pixels.shape[1], pixels.shape[0]
+
+
+def test_report_with_baseline(capsys, out, results):
+    spec, baseline = results
+    res = _report(capsys, {"dest": str(out), "host": "gpu1", "spec": spec, "baseline": baseline,
+                           "timestamp": "20260102T030405Z"})
+    assert res["_rc"] == 0, res.get("msg")
+    assert res["changed"] is True and res["standin"] is True
+    files = res["files"]
+    assert files["json"] == str(out / "benchmark-gpu1-20260102T030405Z.json")
+    for key in ("json", "markdown", "throughput_png", "accept_length_png"):
+        assert os.path.isfile(files[key]), key
+
+    with open(files["json"]) as handle:
+        doc = json.load(handle)
+    assert report.schema_problems(doc) == []
+    assert doc["schema_version"] == 1 and doc["host"] == "gpu1" and doc["standin"] is True
+    assert doc["baseline"] == {"ran": True, "note": None}
+    assert any("say nothing about real GPU performance" in n for n in doc["notes"])
+    assert [s["concurrency"] for s in doc["speedup"]] == LEVELS
+    assert all(s["speedup"] > 1.0 for s in doc["speedup"])
+    assert doc["files"]["throughput_png"] == os.path.basename(files["throughput_png"])
+    assert len(doc["runs"]["spec"]["records"]) == 16
+
+    with open(files["markdown"]) as handle:
+        text = handle.read()
+    assert "Stand-in" in text and "say nothing about real GPU performance" in text
+    rows = report.table_rows(text)
+    assert [(r[0], r[1]) for r in rows] == [("spec", "1"), ("spec", "4"), ("baseline", "1"), ("baseline", "4")]
+    for row in rows:
+        assert len(row) == 9 and float(row[3]) > 0  # output tok/s
+        assert row[6] != "-"  # accept length (1.00 for the baseline)
+    assert rows[0][8].endswith("x") and rows[2][8] == "-"
+    assert float(rows[1][8].rstrip("x")) == pytest.approx(doc["speedup"][1]["speedup"], abs=0.006)
+    assert "![output throughput vs concurrency](benchmark-gpu1-20260102T030405Z-throughput.png)" in text
+
+    for key in ("throughput_png", "accept_length_png"):
+        assert _png_size(files[key]) == (report.PLOT_WIDTH, report.PLOT_HEIGHT)
+
+
+def test_report_without_baseline(capsys, out, results):
+    spec = results[0]
+    res = _report(capsys, {"dest": str(out), "host": "gpu/2 odd", "spec": spec,
+                           "baseline_note": "set sglang_bench_baseline=true to run it"})
+    assert res["_rc"] == 0, res.get("msg")
+    assert os.path.basename(res["files"]["json"]).startswith("benchmark-gpu_2_odd-")
+    with open(res["files"]["json"]) as handle:
+        doc = json.load(handle)
+    assert report.schema_problems(doc) == []
+    assert doc["speedup"] == [] and doc["runs"]["baseline"] is None
+    assert doc["baseline"] == {"ran": False, "note": "set sglang_bench_baseline=true to run it"}
+    assert "not run: set sglang_bench_baseline=true" in res["markdown"]
+    assert [r[0] for r in report.table_rows(res["markdown"])] == ["spec", "spec"]
+    assert _png_size(res["files"]["throughput_png"]) == (report.PLOT_WIDTH, report.PLOT_HEIGHT)
+
+
+def test_check_mode_writes_nothing(capsys, out, results):
+    spec, baseline = results
+    res = _report(capsys, {"dest": str(out), "host": "gpu1", "spec": spec, "baseline": baseline},
+                  check_mode=True)
+    assert res["_rc"] == 0, res.get("msg")
+    assert os.listdir(str(out)) == [] and "| spec | 1 |" in res["markdown"]
+
+
+def test_plots_off(capsys, out, results):
+    spec = results[0]
+    res = _report(capsys, {"dest": str(out), "host": "gpu1", "spec": spec, "plots": False})
+    assert res["_rc"] == 0, res.get("msg")
+    assert res["files"]["throughput_png"] is None
+    assert sorted(p.rsplit(".", 1)[1] for p in os.listdir(str(out))) == ["json", "md"]
+
+
+def test_missing_matplotlib(capsys, out, monkeypatch, results):
+    spec = results[0]
+    monkeypatch.setattr(sglang_bench_report, "MATPLOTLIB_ERROR", "Traceback: No module named 'matplotlib'")
+    res = _report(capsys, {"dest": str(out), "host": "gpu1", "spec": spec})
+    assert res["_rc"] == 1
+    assert "Failed to import the required Python library (matplotlib)" in res["msg"] and "plots=false" in res["msg"]
+
+
+def test_bad_inputs(capsys, out, results):
+    spec = results[0]
+    res = _report(capsys, {"dest": str(out / "missing"), "host": "gpu1", "spec": spec})
+    assert res["_rc"] == 1 and "is not a directory" in res["msg"]
+    res = _report(capsys, {"dest": str(out), "host": "gpu1", "spec": {"failed": True, "msg": "3 of 8 failed"}})
+    assert res["_rc"] == 1 and "failed sglang_bench result (3 of 8 failed)" in res["msg"]
+    res = _report(capsys, {"dest": str(out), "host": "gpu1", "spec": {"changed": False, "workload": {}}})
+    assert res["_rc"] == 1 and "has no levels" in res["msg"] and "check mode" in res["msg"]
+    broken = dict(spec, levels=[dict(spec["levels"][0], concurrency=0)])
+    res = _report(capsys, {"dest": str(out), "host": "gpu1", "spec": broken})
+    assert res["_rc"] == 1 and "spec.levels[0].concurrency: 0 is below the minimum 1" in res["msg"]
+    assert os.listdir(str(out)) == []
+
+
+def test_schema_check_names_problems():
+    problems = report.schema_problems({"schema_version": 2, "standin": "yes"})
+    assert "$.schema_version: 2 is not one of [1]" in problems
+    assert "$: missing key 'generated_at'" in problems
+    assert "$.standin: expected boolean, got str" in problems
