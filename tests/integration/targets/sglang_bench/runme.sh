@@ -118,7 +118,9 @@ sleep 3
 kill -KILL -- "-$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
 echo "killed the play; waiting for the restore timer (30 s from arming)"
-ansible-playbook "${PLAY_ARGS[@]}" check.yml -e wait_seconds=120 | sed -n '/PLAY RECAP/,$p'
+ansible-playbook "${PLAY_ARGS[@]}" check.yml -e wait_seconds=120 > "$log.check" 2>&1 \
+    || { grep -B2 -A8 'fatal:' "$log.check"; tail -40 "$log"; exit 1; }
+sed -n '/PLAY RECAP/,$p' "$log.check"
 ansible -i "$INVENTORY" gpu1 -o -m ansible.builtin.command \
     -a "journalctl -u gpufleet-bench-restore-itest-bench.service --no-pager -n 20" | grep -q "restore sglang-itest-bench" \
     || echo "(journal of the restore unit not found; the restore itself was checked above)"
