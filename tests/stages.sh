@@ -136,8 +136,14 @@ do_lab_local() { run_pytest tests/lab/tests -m "not lab" --deselect tests/lab/te
 do_lab_marked() { run_pytest tests/lab/tests -m lab -q; }
 do_lab_up() { "$PY" "$ROOT/tests/lab/labctl.py" up --hosts "$LAB_HOSTS"; }
 do_lab_down() { [ -x "$PY" ] || return 0; "$PY" "$ROOT/tests/lab/labctl.py" down; }
+# A running lab whose image is out of date (the rootfs recipe or the SGLang stand-in changed) must
+# go: the rootfs stage cannot rebuild an image that running hosts have mounted.
+rootfs_current() { (cd "$ROOT/tests/lab" && "$PY" -c 'import sys, hosts; sys.exit(hosts.rootfs_state(True) != "ok")'); }
 do_lab_stale() {
-    if "$PY" "$ROOT/tests/lab/labctl.py" status >/dev/null 2>&1; then log "lab is up and healthy: kept"; return 0; fi
+    if "$PY" "$ROOT/tests/lab/labctl.py" status >/dev/null 2>&1; then
+        if rootfs_current; then log "lab is up and healthy: kept"; return 0; fi
+        log "lab is up but its host image is out of date: taking it down to rebuild"
+    fi
     do_lab_down
 }
 do_lab_status() { "$PY" "$ROOT/tests/lab/labctl.py" status; }
