@@ -699,6 +699,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Cache-Control", "no-cache")
             self.end_headers()
         deadline = started
+        accounted = False
         try:
             while len(words) < max_new:
                 deadline += step_s
@@ -713,13 +714,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if req["stream"] and len(words) < max_new:
                     self.wfile.write(b"data: " + json.dumps(event(False)).encode() + b"\n\n")
             final = event(True)
+            # Counted before the client sees the end (as a server's metrics are): a client that
+            # reads /server_info right after its last response must find that response in it.
+            st.account(len(words), steps, time.monotonic() - started)
+            accounted = True
             if req["stream"]:
                 self.wfile.write(b"data: " + json.dumps(final).encode() + b"\n\n")
                 self.wfile.write(b"data: [DONE]\n\n")
             else:
                 self._json(200, final)
         finally:
-            st.account(len(words), steps, time.monotonic() - started)
+            if not accounted:
+                st.account(len(words), steps, time.monotonic() - started)
 
 
 ROUTES = {
