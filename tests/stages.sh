@@ -153,8 +153,13 @@ do_integration() {
     sync_collection
     printf 'GPUFLEET_LAB_INVENTORY=%q\nGPUFLEET_LAB_WHEELHOUSE=%q\nGPUFLEET_LAB_DIR=%q\n' "$INVENTORY" "$CACHE/wheelhouse/tools" "$COLL/tests/lab" \
         > "$COLL/tests/integration/lab.env"
-    local out=$CACHE/run/integration.log
-    (cd "$COLL" && PATH=$VENV/bin:$PATH ansible-test integration --venv --python 3.11 --requirements --color no) 2>&1 | tee "$out"
+    # ansible-test runs each target from a copy without lab.env or tests/lab: the targets find the
+    # lab's files through this link in the cache (lab.sh).
+    ln -sfn "$COLL/tests/lab" "$CACHE/run/lab-dir"
+    local out=$CACHE/run/integration.log rc=0
+    (cd "$COLL" && PATH=$VENV/bin:$PATH ansible-test integration --venv --python 3.11 --requirements --color no) 2>&1 \
+        | tee "$out" || rc=$?
+    if [ $rc -ne 0 ]; then log "integration: ansible-test failed (exit $rc)"; return $rc; fi
     # ansible-test exits 0 when every target was skipped: that is no test at all.
     if grep -q "All targets skipped" "$out"; then log "integration: no target ran"; return 1; fi
 }

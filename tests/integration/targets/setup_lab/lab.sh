@@ -8,10 +8,19 @@ LAB_ENV=$(dirname "${BASH_SOURCE[0]}")/../../lab.env
 [ -f "$LAB_ENV" ] && . "$LAB_ENV"
 INVENTORY=${GPUFLEET_LAB_INVENTORY:-$HOME/.cache/gpufleet-lab/run/inventory.ini}
 WHEELHOUSE=${GPUFLEET_LAB_WHEELHOUSE:-$HOME/.cache/gpufleet-lab/wheelhouse/tools}
-# The lab's own files (tests/lab: prepare-hosts.yml, the stand-in nvidia-smi, demo vars).
-LAB_DIR=${GPUFLEET_LAB_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../../lab" 2>/dev/null && pwd || echo "")}
 # The lab cache: inventory is <cache>/run/inventory.ini.
 LAB_CACHE=$(cd "$(dirname "$INVENTORY")/.." 2>/dev/null && pwd || echo "$HOME/.cache/gpufleet-lab")
+# The lab's own files (tests/lab: prepare-hosts.yml, the stand-in nvidia-smi, demo vars): beside
+# the targets in a checkout; under ansible-test (a copy without tests/lab, and no lab.env) through
+# the link `make integration` leaves in the cache.
+LAB_DIR=${GPUFLEET_LAB_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../../lab" 2>/dev/null && pwd || echo "")}
+if [ ! -f "$LAB_DIR/prepare-hosts.yml" ] && [ -f "$LAB_CACHE/run/lab-dir/prepare-hosts.yml" ]; then
+    LAB_DIR=$(cd "$LAB_CACHE/run/lab-dir" && pwd -P)
+fi
+if [ ! -f "$LAB_DIR/prepare-hosts.yml" ]; then
+    echo "the lab's files (tests/lab) were not found: run the targets through 'make integration'" >&2
+    exit 1
+fi
 if [ ! -f "$INVENTORY" ]; then
     echo "lab inventory $INVENTORY not found: run 'make lab-up' first" >&2
     exit 1
