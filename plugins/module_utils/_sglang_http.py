@@ -6,8 +6,8 @@
 
 Private to the collection: not a public API, may change without notice.
 
-Standard library only (urllib), no Ansible imports: the modules run it on the GPU host, where the
-server usually listens on loopback only.
+Standard library only (urllib; the TLS policy is _hub's ``ssl_context``), no Ansible imports: the
+modules run it on the GPU host, where the server usually listens on loopback only.
 
 * ``call()``: one JSON request; returns (status, data) for every HTTP answer, 2xx or not, so the
   caller decides what a 503 or a 404 means; raises ``SGLangHTTPError`` only when there is no usable
@@ -31,6 +31,8 @@ import time
 from urllib import error as _urlerror
 from urllib import parse as _urlparse
 from urllib import request as _urlrequest
+
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import ssl_context  # one TLS policy for every client
 
 DEFAULT_URL = "http://127.0.0.1:30000"
 MASK = "********"
@@ -83,15 +85,6 @@ def validate_base_url(base_url):
                               % (parts.scheme + "://", parts.netloc, DEFAULT_URL))
     del port
     return url.rstrip("/")
-
-
-def ssl_context(validate_certs=True, ca_path=None):
-    if not validate_certs:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        return ctx
-    return ssl.create_default_context(cafile=ca_path) if ca_path else ssl.create_default_context()
 
 
 class _NoRedirect(_urlrequest.HTTPRedirectHandler):

@@ -33,16 +33,15 @@ description:
     naming needed and free bytes.
 author:
   - gpufleet.llm contributors (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.llm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Lists the revision and reports what would be fetched or linked and how many bytes; writes nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: A second run with everything present is C(changed=false) and fetches no file bytes.
 options:

@@ -31,16 +31,15 @@ description:
     only the first one. The module never reports a change.
 author:
   - gpufleet.llm maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.llm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Runs every check; the stat cache is not written in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: Never changes the model; only O(mode=full) and O(mode=auto) record hash results in the stat cache.
 options:

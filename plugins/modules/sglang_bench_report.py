@@ -22,16 +22,15 @@ description:
   - A report of the lab's SGLang stand-in says in every file that its figures say nothing about GPU performance.
 author:
   - gpufleet.llm maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.llm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Builds and checks the report and returns the file names and the markdown; writes nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: none
     details: Each run writes a new set of files named after O(timestamp) (default now).
 options:

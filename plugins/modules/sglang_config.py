@@ -25,16 +25,15 @@ description:
   - Does not validate option names against SGLang; that is gpufleet.llm.sglang_preflight's job.
 author:
   - gpufleet.llm maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.llm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Secret values are masked in the diff.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 options:
   path:

@@ -25,16 +25,15 @@ description:
   - Never reports a change.
 author:
   - gpufleet.llm maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.llm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Read-only; check mode runs the same checks, the smoke generation included (it changes nothing on the server).
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 options:
   url:
