@@ -57,9 +57,9 @@ def test_probe_url_from_listen_address(tmp_path):
     }]
     (tmp_path / "play.yml").write_text(json.dumps(playbook))
     env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING="False", ANSIBLE_INVENTORY_UNPARSED_WARNING="False")
-    proc = subprocess.run([sys.executable, "-m", "ansible.cli.playbook", "-i", "localhost,", "-c", "local",
-                           "-e", "ansible_python_interpreter=%s" % sys.executable, str(tmp_path / "play.yml")], capture_output=True, text=True, env=env, timeout=300,
-                          check=False)
+    argv = [sys.executable, "-m", "ansible.cli.playbook", "-i", "localhost,", "-c", "local",
+            "-e", "ansible_python_interpreter=%s" % sys.executable, str(tmp_path / "play.yml")]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
     if proc.returncode != 0:
         pytest.fail("ansible-playbook failed:\n%s\n%s" % (proc.stdout[-3000:], proc.stderr[-3000:]))
     urls = json.loads((tmp_path / "urls.json").read_text())
