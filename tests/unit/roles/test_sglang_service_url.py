@@ -56,7 +56,10 @@ def test_probe_url_from_listen_address(tmp_path):
         }],
     }]
     (tmp_path / "play.yml").write_text(json.dumps(playbook))
-    env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING="False", ANSIBLE_INVENTORY_UNPARSED_WARNING="False")
+    # The expression calls gpufleet.llm.host_port: this tree is .../ansible_collections/gpufleet/llm.
+    collections = os.path.dirname(os.path.dirname(os.path.dirname(ROOT)))
+    env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING="False", ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
+               ANSIBLE_COLLECTIONS_PATH=collections)
     argv = [sys.executable, "-m", "ansible.cli.playbook", "-i", "localhost,", "-c", "local",
             "-e", "ansible_python_interpreter=%s" % sys.executable, str(tmp_path / "play.yml")]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
