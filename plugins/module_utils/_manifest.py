@@ -11,7 +11,8 @@ file's path, size, sha256 and the Hub's id for it) plus, per file, the stat reco
 file's hash was last checked. ``statcache.json`` is written by model_verify in ``auto`` mode: the
 stat record of each file whose sha256 it has hashed and matched. A file whose current stat equals a
 recorded one has not been touched since it was hashed, so it need not be hashed again; any change
-of size, mtime, inode or device sends it back to hashing.
+of size, mtime, inode or device (and of ctime, for the stat cache's records, which carry it) sends
+it back to hashing.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ MANIFEST = "manifest.json"
 STATCACHE = "statcache.json"
 LOCK = "lock"
 FORMAT = 1
+# The four keys every stat record has; ctime_ns is the optional fifth.
+STAT_KEYS = ("size", "mtime_ns", "ino", "dev")
 
 
 class ManifestError(Exception):
@@ -42,21 +45,42 @@ def meta_dir(dest):
     return os.path.join(dest, META_DIR)
 
 
-def stat_record(path):
-    """What identifies one version of a file's bytes without reading them."""
+def stat_record(path: str, *, ctime: bool = False) -> dict:
+    """What identifies one version of a file's bytes without reading them.
+
+    ``ctime=True`` adds ctime_ns: rewriting bytes and restoring mtime (touch -d, os.utime) still
+    moves ctime, so model_verify's stat cache keeps it. hf_snapshot's manifest records are written
+    without it.
+    """
     st = os.stat(path)
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "dev": st.st_dev}
+    record = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "dev": st.st_dev}
+    if ctime:
+        record["ctime_ns"] = st.st_ctime_ns
+    return record
 
 
-def same_stat(record, path):
+def stat_matches(record: dict | None, now: dict) -> bool:
+    """True when ``now`` (a stat record taken with ctime) is the version ``record`` saw.
+
+    ctime_ns is compared only when ``record`` carries it, so a record without it (hf_snapshot's)
+    vouches on the four keys alone.
+    """
+    if not isinstance(record, dict) or not record:
+        return False
+    if any(record.get(key) != now[key] for key in STAT_KEYS):
+        return False
+    return record.get("ctime_ns") in (None, now.get("ctime_ns"))
+
+
+def same_stat(record: dict | None, path: str) -> bool:
     """True when ``path`` still has exactly the stat ``record`` saw (False when it is gone)."""
-    if not record:
+    if not isinstance(record, dict) or not record:
         return False
     try:
-        now = stat_record(path)
+        now = stat_record(path, ctime=True)
     except OSError:
         return False
-    return all(record.get(key) == now[key] for key in ("size", "mtime_ns", "ino", "dev"))
+    return stat_matches(record, now)
 
 
 def atomic_write_json(path, data, mode=0o644):
@@ -87,7 +111,11 @@ def atomic_write_json(path, data, mode=0o644):
         os.close(dir_fd)
 
 
-def _read_json(path, kind):
+def read_json(path: str, kind: str) -> dict | None:
+    """A format-1 JSON file of ours as a dict; None when absent. ``kind`` names it in errors.
+
+    Raises ManifestError when it cannot be read, is not JSON or is not one of ours.
+    """
     try:
         with open(path) as handle:
             data = json.load(handle)
@@ -102,7 +130,7 @@ def _read_json(path, kind):
 
 def read_manifest(dest):
     """The manifest of ``dest`` as a dict, or None when there is none."""
-    data = _read_json(os.path.join(meta_dir(dest), MANIFEST), "manifest")
+    data = read_json(os.path.join(meta_dir(dest), MANIFEST), "manifest")
     if data is not None and not isinstance(data.get("files"), dict):
         raise ManifestError("manifest in %s has no files table" % meta_dir(dest))
     return data
@@ -129,7 +157,7 @@ def write_manifest(dest, manifest):
 
 def read_statcache(dest):
     """{path: {"size", "mtime_ns", "ino", "dev", "sha256", "verified_at"}}; empty when absent."""
-    data = _read_json(os.path.join(meta_dir(dest), STATCACHE), "stat cache")
+    data = read_json(os.path.join(meta_dir(dest), STATCACHE), "stat cache")
     if data is None:
         return {}
     files = data.get("files")

@@ -22,6 +22,7 @@ import os
 import stat
 import traceback
 
+from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest
 from ansible_collections.gpufleet.llm.plugins.module_utils._paths import UnsafePathError, dest_path
 
 try:
@@ -51,8 +52,6 @@ INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 # safetensors refuses headers above 100 MB (its MAX_HEADER_SIZE).
 MAX_HEADER = 100_000_000
-# Files left behind by downloaders that did not finish; a file next to one of them may be partial.
-PARTIAL_SUFFIXES = (".aria2", ".incomplete", ".part", ".partial", ".crdownload", ".download", ".tmp")
 FIX_REFETCH = "re-fetch it (hf_snapshot)"
 
 
@@ -278,11 +277,7 @@ def cross_check(weight_map, shards):
     return problems
 
 
-def is_partial(name):
-    return name.endswith(PARTIAL_SUFFIXES)
-
-
-def walk_files(root, skip_dirs=(".gpufleet", ".git")):
+def walk_files(root: str, skip_dirs: tuple = (_manifest.META_DIR, ".git")) -> list:
     """Every file (and symlink) under ``root`` as a sorted list of relative paths.
 
     ``.gpufleet`` (our metadata and hf_snapshot's staging area) and ``.git`` are not model files.

@@ -261,49 +261,20 @@ target_config:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _verify
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path", required=True),
-            mode=dict(type="str", choices=list(_verify.MODES), default="auto"),
-            expect=dict(type="dict"),
-            target=dict(type="path"),
-            require_files=dict(type="list", elements="str"),
-            manifest=dict(type="path"),
-            repo_id=dict(type="str"),
-            revision=dict(type="str"),
-            endpoint=dict(type="str"),
-            token=dict(type="str", no_log=True),
-            hash_workers=dict(type="int"),
-            allow_stray=dict(type="bool", default=False),
-            fail_on_problem=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    for library, exc in _verify.missing_libraries(expect=p["expect"], repo_id=p["repo_id"]):
-        module.fail_json(msg=missing_required_lib(library), exception=exc)
+def main() -> None:
+    module = AnsibleModule(argument_spec=_verify.argument_spec(), supports_check_mode=True)
     try:
-        expectations = _verify.check_params(
-            mode=p["mode"], expect=p["expect"], require_files=p["require_files"], hash_workers=p["hash_workers"],
-            repo_id=p["repo_id"], revision=p["revision"], endpoint=p["endpoint"], token=p["token"])
-    except _verify.ParamError as exc:
-        module.fail_json(msg=str(exc))
-
-    result = _verify.verify(
-        p["path"], mode=p["mode"], target=p["target"], require_files=p["require_files"], manifest=p["manifest"],
-        repo_id=p["repo_id"], revision=p["revision"], endpoint=p["endpoint"], token=p["token"],
-        hash_workers=p["hash_workers"], allow_stray=p["allow_stray"], check_mode=module.check_mode,
-        expectations=expectations)
-    result["changed"] = False
+        result = _verify.run_module(module.params, check_mode=module.check_mode)
+    except _verify.VerifyError as exc:
+        module.fail_json(**exc.fail_kwargs())
     for notice in result["notices"]:
         module.warn(notice)
-    if result["problems"] and p["fail_on_problem"]:
+    if result["problems"] and module.params["fail_on_problem"]:
         module.fail_json(msg=_verify.failure_message(result), **result)
     module.exit_json(**result)
 

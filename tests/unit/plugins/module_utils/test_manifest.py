@@ -49,6 +49,51 @@ def test_stat_record_notices_touch_rewrite_and_replace(tmp_path):
     assert not m.same_stat(None, str(f))
 
 
+def test_one_stat_record_with_and_without_ctime(tmp_path):
+    f = tmp_path / "shard"
+    f.write_bytes(b"x" * 10)
+    plain = m.stat_record(str(f))
+    full = m.stat_record(str(f), ctime=True)
+    # hf_snapshot's records (manifest) carry the four keys; model_verify's (stat cache) add ctime_ns.
+    assert sorted(plain) == sorted(m.STAT_KEYS) and sorted(full) == sorted(m.STAT_KEYS + ("ctime_ns",))
+    assert {k: full[k] for k in m.STAT_KEYS} == plain and full["ctime_ns"] == os.stat(f).st_ctime_ns
+    assert m.same_stat(plain, str(f)) and m.same_stat(full, str(f))
+    assert m.stat_matches(plain, full) and m.stat_matches(full, full)
+
+
+def test_ctime_moved_is_not_the_same_stat_for_a_record_that_has_it(tmp_path):
+    f = tmp_path / "shard"
+    f.write_bytes(b"x" * 10)
+    plain = m.stat_record(str(f))
+    full = m.stat_record(str(f), ctime=True)
+    # The file's ctime differs from the record's while size, mtime, inode and device agree: what a
+    # rewrite with its mtime restored leaves. (The record is moved, not the clock: no timing in tests.)
+    older = dict(full, ctime_ns=full["ctime_ns"] - 1)
+    assert not m.same_stat(older, str(f))
+    assert not m.stat_matches(older, full) and not m.stat_matches(full, dict(full, ctime_ns=full["ctime_ns"] + 1))
+    # A record without ctime vouches on the four keys alone, as it always did.
+    assert m.same_stat(plain, str(f)) and m.stat_matches(plain, dict(full, ctime_ns=full["ctime_ns"] + 1))
+    # A record that carries ctime never matches a stat taken without it.
+    assert not m.stat_matches(full, plain)
+
+
+def test_stat_matches_needs_a_record():
+    now = {"size": 1, "mtime_ns": 2, "ino": 3, "dev": 4, "ctime_ns": 5}
+    assert not m.stat_matches(None, now) and not m.stat_matches({}, now) and not m.stat_matches("x", now)
+    assert not m.stat_matches(dict(now, size=9), now) and not m.stat_matches(dict(now, dev=9), now)
+    assert not m.same_stat({}, "/nonexistent") and not m.same_stat("x", "/nonexistent")
+
+
+def test_read_json_is_public_and_checks_the_format(tmp_path):
+    path = tmp_path / "x.json"
+    assert m.read_json(str(path), "thing") is None
+    path.write_text(json.dumps({"format": m.FORMAT, "a": 1}))
+    assert m.read_json(str(path), "thing") == {"format": m.FORMAT, "a": 1}
+    path.write_text(json.dumps({"format": m.FORMAT + 1}))
+    with pytest.raises(m.ManifestError, match="thing .* is not a gpufleet.llm format-1 file"):
+        m.read_json(str(path), "thing")
+
+
 def test_statcache_round_trip(tmp_path):
     assert m.read_statcache(str(tmp_path)) == {}
     m.write_statcache(str(tmp_path), {"a": {"size": 1, "sha256": "00"}})

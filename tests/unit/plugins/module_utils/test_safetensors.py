@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest, _strays
 from ansible_collections.gpufleet.llm.plugins.module_utils import _safetensors as st
 
 
@@ -133,4 +134,16 @@ def test_walk_and_partials(tmp_path):
     os.symlink(str(tmp_path / ".cache"), tmp_path / "linkdir")
     files = st.walk_files(str(tmp_path))
     assert files == [".cache/huggingface/x.incomplete", "a.safetensors.aria2", "config.json", "linkdir"]
-    assert [f for f in files if st.is_partial(f)] == [".cache/huggingface/x.incomplete", "a.safetensors.aria2"]
+    assert [f for f in files if _strays.is_partial(f)] == [".cache/huggingface/x.incomplete", "a.safetensors.aria2"]
+
+
+def test_walk_skips_the_manifest_meta_dir_and_git(tmp_path):
+    # The skipped name is _manifest's own: a file under META_DIR is never a model file.
+    (tmp_path / _manifest.META_DIR / "staging").mkdir(parents=True)
+    (tmp_path / _manifest.META_DIR / "staging" / "model.safetensors").write_text("")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("")
+    (tmp_path / "sub" / _manifest.META_DIR).mkdir(parents=True)
+    (tmp_path / "sub" / _manifest.META_DIR / "x").write_text("")
+    # Only the top-level META_DIR is ours; a nested one is part of the model tree.
+    assert st.walk_files(str(tmp_path)) == ["sub/%s/x" % _manifest.META_DIR]

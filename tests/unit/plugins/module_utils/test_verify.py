@@ -19,7 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from safetensors.numpy import save_file
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest, _verify
+from ansible_collections.gpufleet.llm.plugins.module_utils import _expect, _manifest, _safetensors, _verify
+from ansible_collections.gpufleet.llm.plugins.module_utils import _verify_hashes as vh
+from ansible_collections.gpufleet.llm.plugins.module_utils import _verify_steps as vs
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees as mt
 
 ALL = ("quick", "full", "auto")
@@ -404,6 +406,227 @@ def test_not_a_drafter_against_target(trees):
 def test_bad_parameters(kwargs, needle):
     with pytest.raises(_verify.ParamError, match=needle.replace("[", r"\[")):
         _verify.check_params(**kwargs)
+
+
+# --- the options, defined once: argument_spec() is the module's and the Python callers' ----------------
+
+def test_options_come_from_the_argument_spec():
+    spec = _verify.argument_spec()
+    opts = _verify.options()
+    assert opts._fields == tuple(spec)
+    for name, entry in spec.items():
+        assert getattr(opts, name) == entry.get("default"), name
+    assert opts.mode == "auto" and opts.allow_stray is False and opts.fail_on_problem is True
+    assert spec["mode"]["choices"] == list(_verify.MODES) and spec["token"]["no_log"] is True
+    assert _verify.options(mode="full").mode == "full"
+    with pytest.raises(TypeError, match="no option lock_timeout"):
+        _verify.options(lock_timeout=3)
+    with pytest.raises(TypeError, match="no option nope"):
+        _verify.check_params(nope=1)
+    assert _verify.check_params() == []
+
+
+def test_errors_carry_their_fail_json_kwargs(monkeypatch):
+    assert issubclass(_verify.ParamError, ValueError) and issubclass(_verify.ParamError, _verify.VerifyError)
+    with pytest.raises(_verify.ParamError) as err:
+        _verify.check_params(mode="fast")
+    assert err.value.fail_kwargs() == {"msg": str(err.value)} and "mode must be one of" in str(err.value)
+    missing = _verify.MissingLibrary("jmespath", "Traceback: no jmespath")
+    assert missing.fail_kwargs() == {"msg": str(missing), "exception": "Traceback: no jmespath"}
+    assert "jmespath" in str(missing)
+    monkeypatch.setattr(_expect, "HAS_JMESPATH", False)
+    params = dict(_verify.options(path="/nonexistent", expect={"a": 1})._asdict())
+    with pytest.raises(_verify.MissingLibrary, match="jmespath"):
+        _verify.run_module(params, check_mode=False)
+
+
+def test_run_module_is_verify_with_changed_false(trees):
+    target, _drafter = trees
+    params = dict(_verify.options(path=target, mode="quick", expect={"model_type": "kimi_k25"})._asdict())
+    res = _verify.run_module(params, check_mode=True)
+    assert res["ok"] and res["changed"] is False and res["mode"] == "quick" and res["expect"]
+    params["revision"] = "main"
+    with pytest.raises(_verify.ParamError, match="only apply with repo_id"):
+        _verify.run_module(params, check_mode=True)
+
+
+# --- each step on its own ------------------------------------------------------------------------------
+
+def _names(report):
+    return [(c["name"], c["status"]) for c in report.checks]
+
+
+def test_step_config(trees, tmp_path):
+    target, drafter = trees
+    report = vs.Report()
+    config, fields = vs.check_config(report, target, _expect.compile_expectations({"model_type": "kimi_k25"}))
+    assert config["model_type"] == "kimi_k25" and fields["config"]["layers"] == 61
+    assert fields["expect"][0]["expression"] == "model_type" and _names(report) == [("config", "ok"), ("expect", "ok")]
+    report = vs.Report()
+    config, fields = vs.check_config(report, drafter, [])
+    assert fields["config"]["dflash"]["block_size"] == 16 and _names(report) == [("config", "ok")]
+    report = vs.Report()
+    config, fields = vs.check_config(report, str(tmp_path), _expect.compile_expectations({"model_type": "x"}))
+    assert config is None and fields == {} and _names(report) == [("config", "failed"), ("expect", "skipped")]
+    assert report.problems == ["config.json is missing in %s; re-fetch it (hf_snapshot)" % tmp_path]
+
+
+def test_step_required_files(trees):
+    target, _drafter = trees
+    report = vs.Report()
+    vs.check_required_files(report, target, target, None)
+    assert report.checks == []
+    vs.check_required_files(report, target, target, ["*.model", "nothing-*.json"])
+    assert _names(report) == [("require_files", "failed")] and len(report.problems) == 1
+    assert "'nothing-*.json'" in report.problems[0]
+
+
+def test_step_layout(trees, tmp_path):
+    target, drafter = trees
+    report = vs.Report()
+    layout = vs.check_layout(report, target, target)
+    assert layout.kind == "index" and layout.shard_rels == [S1, S2, S3, S4] and layout.total_size > 0
+    assert len(layout.weight_map) == 1 + 8 * 4 + 2 and not layout.index_unusable
+    single = vs.check_layout(report, drafter, drafter)
+    assert single.kind == "single" and single.shard_rels == ["model.safetensors"] and single.weight_map is None
+    none = vs.check_layout(report, str(tmp_path), str(tmp_path))
+    assert none == vs.Layout(kind=None, weight_map=None, total_size=None, shard_rels=[])
+    with open(os.path.join(target, INDEX), "w") as handle:
+        handle.write("{")
+    broken = vs.check_layout(report, target, target)
+    assert broken.index_unusable and broken.shard_rels == []
+    assert [s for _n, s in _names(report)] == ["ok", "ok", "failed", "failed"]
+
+
+def test_step_strays():
+    layout = vs.Layout(kind="index", weight_map={"t": "a.safetensors"}, total_size=None, shard_rels=["a.safetensors"])
+    files = ["a.safetensors", "b.safetensors", "a.safetensors.aria2", "x.incomplete", "y.part", "config.json"]
+    report = vs.Report()
+    vs.check_strays(report, layout, files, allow_stray=False)
+    assert _names(report) == [("stray", "failed")] and len(report.problems) == 4
+    # One line per stray, in the files' order.
+    assert "b.safetensors: a .safetensors file" in report.problems[0] and "stale aria2 control file" in report.problems[1]
+    assert "huggingface_hub" in report.problems[2] and "y.part: partial download" in report.problems[3]
+    report = vs.Report()
+    vs.check_strays(report, layout, files, allow_stray=True)
+    assert _names(report) == [("stray", "warn")] and len(report.warnings) == 4 and not report.problems
+    # An index that did not parse names no shard: only partials are strays then.
+    unusable = vs.Layout(kind="index", weight_map=None, total_size=None, shard_rels=[])
+    report = vs.Report()
+    vs.check_strays(report, unusable, files, allow_stray=False)
+    assert len(report.problems) == 3 and not any("b.safetensors" in p for p in report.problems)
+    report = vs.Report()
+    vs.check_strays(report, layout, ["a.safetensors", "config.json"], allow_stray=False)
+    assert report.checks == [{"name": "stray", "status": "ok",
+                              "detail": "2 files in the tree, no partials or unreferenced shards"}]
+
+
+def test_step_headers_and_tensors(trees):
+    target, _drafter = trees
+    truncated_shard(target, None, None)
+    report = vs.Report()
+    layout = vs.check_layout(report, target, target)
+    parsed, flagged = vs.check_headers(report, target, layout)
+    assert sorted(parsed) == [S1, S2, S4] and flagged == {S3}
+    fields = vs.check_tensors(report, layout, parsed)
+    # Not every shard parsed: no total_size in the result, its check skipped.
+    assert fields == {"tensors": len(layout.weight_map)}
+    assert _names(report) == [("index", "ok"), ("headers", "failed"), ("tensors", "ok"), ("total_size", "skipped")]
+    report = vs.Report()
+    empty = vs.Layout(kind=None, weight_map=None, total_size=None, shard_rels=[])
+    assert vs.check_headers(report, target, empty) == ({}, set())
+    assert vs.check_tensors(report, empty, {}) == {}
+    assert _names(report) == [("headers", "skipped")]
+
+
+def test_step_tensors_total_size(trees):
+    target, drafter = trees
+    report = vs.Report()
+    layout = vs.check_layout(report, target, target)
+    parsed, _flagged = vs.check_headers(report, target, layout)
+    fields = vs.check_tensors(report, layout, parsed)
+    assert fields["total_size"] == layout.total_size == sum(s.data_len for s in parsed.values())
+    no_total = vs.Layout(kind="index", weight_map=layout.weight_map, total_size=None, shard_rels=layout.shard_rels)
+    vs.check_tensors(report, no_total, parsed)
+    assert report.checks[-1]["status"] == "warn" and "no metadata.total_size" in report.warnings[-1]
+    single_report = vs.Report()
+    single = vs.check_layout(single_report, drafter, drafter)
+    parsed, _flagged = vs.check_headers(single_report, drafter, single)
+    fields = vs.check_tensors(single_report, single, parsed)
+    assert fields["tensors"] == len(parsed["model.safetensors"].tensors) and fields["total_size"] > 0
+    assert single_report.checks[-1]["detail"].startswith("single-file model:")
+
+
+def test_step_drafter(trees, tmp_path):
+    target, drafter = trees
+    config, _problem = vs.read_config(drafter)
+    report = vs.Report()
+    fields = vs.check_drafter(report, config, target)
+    assert fields["target_config"]["layers"] == 61 and _names(report) == [("dflash", "ok")]
+    assert vs.check_drafter(report, None, target) == {} and report.checks[-1]["status"] == "skipped"
+    assert vs.check_drafter(report, config, str(tmp_path / "nope")) == {}
+    assert "does not exist" in report.problems[-1]
+    assert vs.check_drafter(report, config, str(tmp_path)) == {}  # a directory without config.json
+    assert report.problems[-1].startswith("target %s: " % tmp_path) and "config.json is missing" in report.problems[-1]
+
+
+def _tree(root, flagged=()):
+    report = vs.Report()
+    layout = vs.check_layout(report, root, root)
+    return vh.Tree(root=root, path=root, files=_safetensors.walk_files(root), shard_rels=layout.shard_rels,
+                   flagged=frozenset(flagged))
+
+
+def test_step_hashes_takes_a_tree_and_keyword_options(trees):
+    target, _drafter = trees
+    tree = _tree(target)
+    with pytest.raises(TypeError):
+        vh.check_hashes(vs.Report(), tree, "full")  # pylint: disable=too-many-function-args
+    report = vs.Report()
+    fields = vh.check_hashes(report, tree, mode="full", hash_workers=2)
+    assert fields["expected_from"] == "manifest" and fields["commit"] == "c" * 40
+    assert sorted(h for h in fields["hashed"] if h.endswith(".safetensors")) == [S1, S2, S3, S4]
+    assert fields["files_checked"] == len(mt.file_table(target)) and fields["cached"] == 0
+    assert _names(report) == [("hashes", "ok")] and report.checks[0]["detail"].startswith("the manifest commit ")
+    # Written outside check mode; the next auto run is vouched for by it.
+    assert sorted(_manifest.read_statcache(target)) == [S1, S2, S3, S4]
+    auto = vh.check_hashes(vs.Report(), tree, mode="auto")
+    assert auto["cached"] == 4 and not [h for h in auto["hashed"] if h.endswith(".safetensors")]
+    # A file an earlier step flagged is not hashed again.
+    flagged = vh.check_hashes(vs.Report(), _tree(target, flagged=[S2]), mode="full", check_mode=True)
+    assert S2 not in flagged["hashed"] and S1 in flagged["hashed"]
+
+
+def test_step_hashes_without_expected_hashes(trees):
+    target, _drafter = trees
+    shutil.rmtree(os.path.join(target, ".gpufleet"))
+    report = vs.Report()
+    assert vh.check_hashes(report, _tree(target), mode="quick") == {}
+    assert _names(report) == [("hashes", "warn")] and "quick mode: structure only" in report.warnings[0]
+    report = vs.Report()
+    assert vh.load_expected(report, _tree(target), mode="full", manifest=None, repo_id=None, revision=None,
+                            endpoint=None, token=None) is None
+    assert _names(report) == [("hashes", "failed")] and "or use mode=quick" in report.problems[0]
+
+
+def test_hash_run_sorts_files_by_what_vouches_for_them(trees):
+    target, _drafter = trees
+    tree = _tree(target)
+    expected, commit = vh.expected_from_manifest(os.path.join(target, ".gpufleet", "manifest.json"))
+    source = vh.Source("manifest", "the manifest", expected, commit)
+    quick = vh.HashRun(tree, source, mode="quick", statcache={})
+    quick.plan()
+    assert quick.to_sha and not any(rel.endswith(".safetensors") for rel, *_rest in quick.to_sha)
+    # auto with no record of ours: the manifest's stat records (hf_snapshot's, without ctime) vouch.
+    auto = vh.HashRun(tree, source, mode="auto", statcache={})
+    auto.plan()
+    assert auto.cached == 4 and sorted(auto.new_cache) == [S1, S2, S3, S4]
+    assert all(r["verified_by"] == "hf_snapshot" and "ctime_ns" in r for r in auto.new_cache.values())
+    # A record of ours whose ctime differs from the file's: hashed, not vouched for.
+    stale = {rel: dict(rec, ctime_ns=rec["ctime_ns"] - 1) for rel, rec in auto.new_cache.items()}
+    again = vh.HashRun(tree, source, mode="auto", statcache=stale)
+    again.plan()
+    assert again.cached == 0 and sorted(r[0] for r in again.to_sha if r[3]) == [S1, S2, S3, S4]
 
 
 # --- expected hashes from the Hub (loopback server speaking the tree API) ---------------------------
