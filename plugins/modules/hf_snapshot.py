@@ -279,58 +279,17 @@ else:
     HAS_HF = True
     HF_IMPORT_ERROR = None
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot, _snapshot_settings
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            repo_id=dict(type="str", required=True),
-            revision=dict(type="str", default="main"),
-            dest=dict(type="path", required=True),
-            repo_type=dict(type="str", default="model", choices=["model", "dataset", "space"]),
-            allow_patterns=dict(type="list", elements="str"),
-            ignore_patterns=dict(type="list", elements="str"),
-            token=dict(type="str", no_log=True),
-            endpoint=dict(type="str"),
-            connections=dict(type="int", default=16),
-            splits=dict(type="int", default=16),
-            parallel_files=dict(type="int", default=6),
-            min_split_size=dict(type="str", default="8M"),
-            max_tries=dict(type="int", default=5),
-            retry_wait=dict(type="int", default=2),
-            timeout=dict(type="int", default=60),
-            link_from=dict(type="list", elements="path"),
-            prune_partials=dict(type="bool", default=False),
-            min_free_bytes=dict(type="int", default=1073741824),
-            proxy=dict(type="str"),
-            validate_certs=dict(type="bool", default=True),
-            ca_path=dict(type="path"),
-            aria2c=dict(type="path"),
-            lock_timeout=dict(type="int", default=600),
-            hash_workers=dict(type="int"),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=_snapshot_settings.argument_spec(), supports_check_mode=True)
     if not HAS_HF:
         module.fail_json(msg=missing_required_lib("huggingface_hub"), exception=HF_IMPORT_ERROR)
-    params = dict(module.params)
-    token = params.get("token")
     try:
-        result = _snapshot.snapshot(params, check_mode=module.check_mode, log=module.log)
+        result = _snapshot.snapshot(module.params, check_mode=module.check_mode, log=module.log)
     except _snapshot.SnapshotError as exc:
-        extra = {}
-        if "failed" in exc.details:
-            extra["failed"] = exc.details["failed"]
-        if "disk" in exc.details:
-            extra["disk"] = exc.details["disk"]
-        if "result" in exc.details:
-            partial = exc.details["result"]
-            extra.update({k: partial[k] for k in ("commit", "files", "bytes_fetched", "stray") if k in partial})
-        msg = exc.msg
-        if token:
-            msg = msg.replace(token, "********")
-        module.fail_json(msg=msg, **extra)
+        module.fail_json(**exc.fail_kwargs())
     module.exit_json(**result)
 
 

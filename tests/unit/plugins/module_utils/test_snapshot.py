@@ -1,7 +1,10 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""_snapshot end to end: real aria2c against the real lab Hub on loopback (tests/unit/plugins/conftest.py)."""
+"""_snapshot end to end: real aria2c against the real lab Hub on loopback (tests/unit/plugins/conftest.py).
+
+The pieces without aria2c or the Hub are tested on their own in test_snapshot_*.py, test_strays.py
+and test_transfer.py."""
 from __future__ import annotations
 
 import hashlib
@@ -13,7 +16,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _manifest, _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _manifest, _snapshot, _snapshot_settings
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"
 GATED = "gpufleet-lab/Kimi-K2.6-mini-gated"
@@ -268,24 +271,6 @@ def test_bytes_not_matching_the_listing_never_reach_their_path(lab_hub, aria2c, 
     assert os.path.isfile(dest / "config.json")  # the good file of the same batch is placed
 
 
-def test_hash_staged_notices_a_file_that_moved_while_hashed(tmp_path, monkeypatch):
-    path = tmp_path / "f"
-    path.write_bytes(b"x" * 1000)
-    remote = _hub.RemoteFile("f", 1000, "0" * 40, hashlib.sha256(b"x" * 1000).hexdigest(), True)
-    ok, digest, record = _snapshot._hash_staged(str(path), remote)
-    assert ok and digest == remote.sha256 and _manifest.same_stat(record, str(path))
-    real_verify = _snapshot.verify_local
-
-    def verify_then_touch(*args):
-        res = real_verify(*args)
-        os.utime(str(path), ns=(0, 123456789))  # a write after the hash read the bytes
-        return res
-
-    monkeypatch.setattr(_snapshot, "verify_local", verify_then_touch)
-    ok, digest, record = _snapshot._hash_staged(str(path), remote)
-    assert record is None  # the caller must hash it again before trusting it
-
-
 def test_faults_and_url_expiry(lab_hub, aria2c, tmp_path):
     lab_hub.faults(
         {"server": "cdn", "method": "GET", "status": 500, "times": 2},
@@ -368,7 +353,7 @@ def test_sigkill_of_aria2_mid_file_resumes(lab_hub, aria2c, tmp_path):
     # cap) the server then pushes whole files down connections aria2 closes after their first
     # megabyte: up to +25% "served" that no client read, which measures the test, not the resume.
     res = run(lab_hub, dest, allow_patterns=["*.safetensors"], connections=16, splits=16,
-              min_split_size=_snapshot.DEFAULTS["min_split_size"])
+              min_split_size=_snapshot_settings.argument_spec()["min_split_size"]["default"])
     dummy, files = lab_hub.files_at(TARGET, "main")
     total = 0
     for f in res["files"]:
@@ -409,21 +394,3 @@ def test_lock_timeout_fails_clearly(lab_hub, aria2c, tmp_path):
         with pytest.raises(_snapshot.SnapshotError) as err:
             run(lab_hub, dest, lock_timeout=0, allow_patterns=["config.json"])
     assert "locked by another run" in err.value.msg
-
-
-def test_bad_input_messages(tmp_path):
-    for params, words in (
-        (dict(repo_id="a/b", dest="relative"), "absolute"),
-        (dict(repo_id="a/b", dest=str(tmp_path), connections=17), "1-16"),
-        (dict(repo_id="a/b", dest=str(tmp_path), min_split_size="huge"), "min_split_size"),
-    ):
-        with pytest.raises(_snapshot.SnapshotError) as err:
-            _snapshot.snapshot(params)
-        assert words in err.value.msg
-
-
-def test_patterns_semantics():
-    assert _snapshot.matches_patterns("a/b.json", ["*.json"], None)
-    assert not _snapshot.matches_patterns("a.bin", ["*.json"], None)
-    assert not _snapshot.matches_patterns("sub/x.bin", None, ["sub/"])
-    assert _snapshot.matches_patterns("x", None, None)

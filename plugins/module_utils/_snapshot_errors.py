@@ -1,0 +1,60 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""hf_snapshot's failures, each carrying what the module reports, and the backoff between tries.
+
+Private to the collection: not a public API, may change without notice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _secrets
+
+# No wait between two tries grows past this, however many tries came before.
+MAX_BACKOFF = 120.0
+
+# The keys of a partial result (a run that failed after it fetched some files) that the module's
+# failure shows: enough to see what landed, not the whole result.
+_PARTIAL_RESULT_KEYS = ("commit", "files", "bytes_fetched", "stray")
+
+
+def backoff(retry_wait: float, attempt: int) -> float:
+    """Seconds to wait after failed try number ``attempt`` (1-based): exponential, capped."""
+    return min(MAX_BACKOFF, retry_wait * 2 ** (attempt - 1))
+
+
+class SnapshotError(Exception):
+    """A failure to report to the operator: ``msg`` names the problem and what to do.
+
+    ``details`` may hold ``failed`` ({path: last error}), ``disk`` (the preflight figures),
+    ``result`` (the partial result of a run that landed some files), ``unsafe`` and ``status``.
+    """
+
+    def __init__(self, msg: str, **details: Any) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.details = details
+
+    def mask(self, secret: str | None) -> None:
+        """Replace ``secret`` wherever this error would show it (the message, per-file errors)."""
+        if not secret:
+            return
+        self.msg = _secrets.mask(self.msg, secret)
+        self.args = (self.msg,)
+        failed = self.details.get("failed")
+        if failed:
+            self.details["failed"] = {path: _secrets.mask(error, secret) for path, error in failed.items()}
+
+    def fail_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``module.fail_json`` for this failure."""
+        kwargs: dict[str, Any] = {"msg": self.msg}
+        for key in ("failed", "disk"):
+            if key in self.details:
+                kwargs[key] = self.details[key]
+        partial = self.details.get("result")
+        if partial:
+            kwargs.update({key: partial[key] for key in _PARTIAL_RESULT_KEYS if key in partial})
+        return kwargs

@@ -1,0 +1,165 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What hf_snapshot does about each file of a revision: present, link or fetch; and the disk it needs.
+
+Private to the collection: not a public API, may change without notice.
+
+A file is ``present`` when the manifest's stat record for it still matches (no hashing), or when its
+bytes hash to the Hub's id; ``link`` when an earlier revision (``link_from``) holds the same content;
+``fetch`` otherwise. A same-size corrupted file is not present: only its bytes decide.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _hashing, _manifest, _paths, _strays
+
+
+def content_key(remote: Any) -> str:
+    """Staging name and dedupe key: files with the same bytes share one fetch."""
+    return remote.sha256 if remote.lfs and remote.sha256 else "blob-%s" % remote.blob_id
+
+
+def hub_id(remote: Any) -> str:
+    """The Hub's own id for a file's bytes: LFS sha256, else the git blob id."""
+    return remote.sha256 if remote.lfs else remote.blob_id
+
+
+class Item(object):
+    """One remote file (_hub.RemoteFile) and what this run does about it."""
+
+    __slots__ = ("remote", "final", "key", "action", "sha256", "stat", "source", "error", "resumed")
+
+    def __init__(self, remote: Any, final: str) -> None:
+        self.remote = remote
+        self.final = final
+        self.key = content_key(remote)
+        self.action: str | None = None  # present | link | fetch
+        self.sha256: str | None = remote.sha256
+        self.stat: dict[str, int] | None = None  # set once the file is verified at its final path
+        self.source: tuple[str, dict[str, Any]] | None = None  # (path, manifest record) to link from
+        self.error: str | None = None
+        self.resumed = False
+
+
+def verify_local(path: str, remote: Any) -> tuple[bool, str | None]:
+    """(ok, sha256) for the bytes at ``path`` against what the Hub says about ``remote``."""
+    try:
+        if os.path.getsize(path) != remote.size:
+            return False, None
+        if remote.lfs and remote.sha256:
+            digest = _hashing.sha256_file(path)
+            return digest == remote.sha256, digest
+        if _hashing.git_blob_sha1(path) != remote.blob_id:
+            return False, None
+        return True, _hashing.sha256_file(path)
+    except OSError:
+        return False, None
+
+
+def link_candidates(link_from: Iterable[str] | None) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """{hub id or sha256: [(path, record)]} from the manifests of earlier verified revisions."""
+    found: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for directory in link_from or []:
+        try:
+            manifest = _manifest.read_manifest(directory)
+        except _manifest.ManifestError:
+            continue
+        if not manifest:
+            continue
+        for rel, record in manifest["files"].items():
+            try:
+                path = _paths.dest_path(directory, rel)
+            except _paths.UnsafePathError:
+                continue
+            for ident in {record.get("hub_id"), record.get("sha256")} - {None}:
+                found.setdefault(ident, []).append((path, record))
+    return found
+
+
+def _recorded_unchanged(item: Item, record: dict[str, Any] | None) -> bool:
+    return bool(
+        record
+        and record.get("hub_id") == hub_id(item.remote)
+        and record.get("size") == item.remote.size
+        and _manifest.same_stat(record.get("stat"), item.final)
+    )
+
+
+def _decide_by_hash(to_hash: Sequence[Item], workers: int | None) -> None:
+    """A file at its final path without a matching stat record: changed, corrupted, or never
+    recorded. Its bytes decide."""
+    with ThreadPoolExecutor(max_workers=workers or _hashing.default_workers()) as pool:
+        results = list(pool.map(lambda it: verify_local(it.final, it.remote), to_hash))
+    for item, (ok, digest) in zip(to_hash, results):
+        if ok and os.path.isfile(item.final) and not os.path.islink(item.final):
+            item.action = "present"
+            item.sha256 = digest
+            item.stat = _manifest.stat_record(item.final)
+        else:
+            item.action = "fetch"
+            item.error = "differs from the Hub's copy"
+
+
+def plan(items: Sequence[Item], manifest: dict[str, Any] | None, *, link_from: Iterable[str] | None = None,
+         workers: int | None = None) -> Sequence[Item]:
+    """Decide present / link / fetch for every item (hashing files whose stat record is stale)."""
+    old = (manifest or {}).get("files", {})
+    to_hash = []
+    for item in items:
+        record = old.get(item.remote.path)
+        if _recorded_unchanged(item, record):
+            item.action = "present"
+            item.sha256 = record.get("sha256")
+            item.stat = record.get("stat")
+        elif os.path.lexists(item.final):
+            to_hash.append(item)
+        else:
+            item.action = "fetch"
+    if to_hash:
+        _decide_by_hash(to_hash, workers)
+    candidates = link_candidates(link_from) if link_from else {}
+    for item in items:
+        if item.action != "fetch":
+            continue
+        for path, record in candidates.get(hub_id(item.remote), []):
+            if record.get("size") == item.remote.size and os.path.isfile(path):
+                item.action = "link"
+                item.source = (path, record)
+                break
+    return items
+
+
+def unique_fetches(items: Iterable[Item]) -> dict[str, Item]:
+    """{content key: first item} of the items to fetch: the same bytes under two paths travel once."""
+    out: dict[str, Item] = {}
+    for item in items:
+        if item.action == "fetch":
+            out.setdefault(item.key, item)
+    return out
+
+
+def free_bytes(path: str) -> tuple[int, str]:
+    """(bytes free for an unprivileged writer, the existing directory measured) for ``path``."""
+    probe = path
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    st = os.statvfs(probe)
+    return st.f_bavail * st.f_frsize, probe
+
+
+def disk_figures(dest: str, *, to_fetch: dict[str, Item], staging: str, min_free_bytes: int) -> dict[str, Any]:
+    """The disk preflight: bytes still needed (less what staging files already hold) and bytes free."""
+    have = sum(_strays.allocated_bytes(os.path.join(staging, key)) for key in to_fetch)
+    needed = max(0, sum(item.remote.size for item in to_fetch.values()) - have)
+    free, probe = free_bytes(dest)
+    return {"needed_bytes": needed, "free_bytes": free, "min_free_bytes": min_free_bytes, "filesystem": probe}

@@ -1,0 +1,130 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""hf_snapshot's options: the argument spec (the one place their types and defaults are written)
+and the validated settings a run works from.
+
+Private to the collection: not a public API, may change without notice.
+
+The module hands ``argument_spec()`` to AnsibleModule; ``Settings.from_params`` fills what a caller
+left out (or passed as None) from the same spec, so a direct call gets what a playbook gets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _hub
+from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError
+
+REPO_TYPES = ("model", "dataset", "space")
+# aria2's per-server connection limit (--max-connection-per-server).
+MAX_CONNECTIONS = 16
+
+
+def argument_spec() -> dict[str, dict[str, Any]]:
+    """hf_snapshot's AnsibleModule argument spec (documented in plugins/modules/hf_snapshot.py)."""
+    return dict(
+        repo_id=dict(type="str", required=True),
+        revision=dict(type="str", default="main"),
+        dest=dict(type="path", required=True),
+        repo_type=dict(type="str", default="model", choices=list(REPO_TYPES)),
+        allow_patterns=dict(type="list", elements="str"),
+        ignore_patterns=dict(type="list", elements="str"),
+        token=dict(type="str", no_log=True),
+        endpoint=dict(type="str"),
+        connections=dict(type="int", default=16),
+        splits=dict(type="int", default=16),
+        # 6 files with 16 connections each reached 574 MiB/s against the public Hub's CDN for a
+        # 64-shard repo (docs/hf_snapshot.md, "Throughput").
+        parallel_files=dict(type="int", default=6),
+        # 8M: a file of 128 MiB or more still gets all 16 connections (aria2 halves ranges down to
+        # min_split_size), and idle connections can still take over halves of a slow tail.
+        min_split_size=dict(type="str", default="8M"),
+        max_tries=dict(type="int", default=5),
+        retry_wait=dict(type="int", default=2),
+        timeout=dict(type="int", default=60),
+        link_from=dict(type="list", elements="path"),
+        prune_partials=dict(type="bool", default=False),
+        min_free_bytes=dict(type="int", default=1073741824),
+        proxy=dict(type="str"),
+        validate_certs=dict(type="bool", default=True),
+        ca_path=dict(type="path"),
+        aria2c=dict(type="path"),
+        lock_timeout=dict(type="int", default=600),
+        hash_workers=dict(type="int"),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:  # pylint: disable=too-many-instance-attributes
+    """Every option of argument_spec(), validated, plus ``endpoint_url`` (the endpoint in effect)."""
+
+    repo_id: str
+    revision: str
+    dest: str
+    repo_type: str
+    allow_patterns: list[str] | None
+    ignore_patterns: list[str] | None
+    token: str | None = dataclasses.field(repr=False)
+    endpoint: str | None
+    connections: int
+    splits: int
+    parallel_files: int
+    min_split_size: str
+    max_tries: int
+    retry_wait: int
+    timeout: int
+    link_from: list[str]
+    prune_partials: bool
+    min_free_bytes: int
+    proxy: str | None
+    validate_certs: bool
+    ca_path: str | None
+    aria2c: str | None
+    lock_timeout: int
+    hash_workers: int | None
+    # What the manifest records and messages name: endpoint, else HF_ENDPOINT, else the public Hub.
+    endpoint_url: str
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> Settings:
+        """Settings from module params (or a direct caller's subset); SnapshotError names a bad one."""
+        values = {}
+        for key, spec in argument_spec().items():
+            value = params.get(key)
+            values[key] = spec.get("default") if value is None else value
+        _check(values)
+        values["dest"] = os.path.normpath(values["dest"])
+        if values["endpoint"]:
+            values["endpoint"] = values["endpoint"].rstrip("/")
+        values["endpoint_url"] = values["endpoint"] or os.environ.get("HF_ENDPOINT") or _hub.DEFAULT_ENDPOINT
+        link_from = values["link_from"] or []
+        if isinstance(link_from, str):
+            link_from = [link_from]
+        # Linking a directory to itself would only hash every file once more.
+        values["link_from"] = [os.path.normpath(p) for p in link_from if p and os.path.normpath(p) != values["dest"]]
+        return cls(**values)
+
+
+def _check(values: Mapping[str, Any]) -> None:
+    """The checks the argument spec cannot express, with the message an operator needs."""
+    repo_id = values["repo_id"]
+    if not repo_id or "/" not in repo_id and not re.match(r"^[\w.-]+$", repo_id):
+        raise SnapshotError("repo_id %r is not a Hub repo id (like org/name)" % repo_id)
+    if not values["dest"] or not os.path.isabs(values["dest"]):
+        raise SnapshotError("dest must be an absolute path, got %r" % values["dest"])
+    if values["repo_type"] not in REPO_TYPES:
+        raise SnapshotError("repo_type must be model, dataset or space")
+    if not 1 <= int(values["connections"]) <= MAX_CONNECTIONS:
+        raise SnapshotError("connections must be 1-16 (aria2's per-server limit), got %s" % values["connections"])
+    for key in ("splits", "parallel_files", "max_tries"):
+        if int(values[key]) < 1:
+            raise SnapshotError("%s must be at least 1, got %s" % (key, values[key]))
+    if not re.match(r"^\d+[KM]?$", str(values["min_split_size"])):
+        raise SnapshotError("min_split_size must look like 1M or 20M (aria2 syntax), got %r" % values["min_split_size"])

@@ -1,0 +1,151 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The staging area ``<dest>/.gpufleet/staging/`` and the one way out of it: a verified rename.
+
+Private to the collection: not a public API, may change without notice.
+
+Bytes arrive in staging (named by content key, directory mode 0700) and are renamed to their final
+path only once their hash matched the Hub's. Nothing is written in place, so files hard-linked from
+an earlier revision stay intact, and a lost ``.aria2`` control file can never make a partial look
+complete (a staging file without one is hashed before it counts).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from typing import Any
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest, _paths, _snapshot_plan
+from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError
+
+STAGING = "staging"
+# aria2's input file, log and output while it runs (inside staging, so mode 0700 covers them).
+ARIA2_WORKDIR = "run"
+# Hard links cannot be made here (another filesystem, or one without them): fetch instead.
+_NO_HARD_LINK = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP)
+
+
+def staging_dir(dest: str) -> str:
+    return os.path.join(_manifest.meta_dir(dest), STAGING)
+
+
+def make_staging(dest: str) -> str:
+    """Create the staging directory, mode 0700 even if it existed (it holds signed URLs' input file)."""
+    staging = staging_dir(dest)
+    os.makedirs(staging, mode=0o700, exist_ok=True)
+    os.chmod(staging, 0o700)
+    return staging
+
+
+def remove(*paths: str) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def place(item: _snapshot_plan.Item, staged: str, dest: str) -> None:
+    """Rename a verified staging file to its final path (re-checking the path right before)."""
+    final = _paths.dest_path(dest, item.remote.path)
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    if os.path.isdir(final) and not os.path.islink(final):
+        raise SnapshotError("%s is a directory where the revision has a file; move it away" % final)
+    os.chmod(staged, 0o644)
+    os.replace(staged, final)
+    item.final = final
+    item.stat = _manifest.stat_record(final)
+
+
+def link_from_source(item: _snapshot_plan.Item, staging: str, dest: str) -> bool:
+    """Place ``item`` as a hard link to ``item.source`` (an earlier revision's file).
+
+    The source counts only while its stat record holds or its bytes still hash right. Returns False
+    when the item must be fetched instead.
+    """
+    src, record = item.source
+    if not _manifest.same_stat(record.get("stat"), src):
+        ok, digest = _snapshot_plan.verify_local(src, item.remote)
+        if not ok:
+            return False
+        item.sha256 = digest
+    else:
+        item.sha256 = record.get("sha256") or item.remote.sha256
+    tmp = os.path.join(staging, item.key + ".link")
+    try:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.link(src, tmp)
+    except OSError as exc:
+        if exc.errno in _NO_HARD_LINK:
+            return False
+        raise
+    place(item, tmp, dest)
+    return True
+
+
+def link_duplicate(first: _snapshot_plan.Item, other: _snapshot_plan.Item, staging: str, dest: str) -> None:
+    """Place ``other`` (the same bytes as the placed ``first``) as a hard link, or a copy, of it."""
+    other.source = (first.final, {"stat": first.stat, "sha256": first.sha256})
+    tmp = os.path.join(staging, other.key + ".link")
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    try:
+        os.link(first.final, tmp)
+    except OSError:
+        shutil.copyfile(first.final, tmp)
+    other.sha256 = first.sha256
+    place(other, tmp, dest)
+
+
+def hash_staged(path: str, remote: Any) -> tuple[bool, str | None, dict[str, int] | None]:
+    """(ok, sha256, stat record) of a staging file; the record is None if it changed while hashed."""
+    try:
+        before = _manifest.stat_record(path)
+    except OSError:
+        return False, None, None
+    ok, digest = _snapshot_plan.verify_local(path, remote)
+    try:
+        after = _manifest.stat_record(path)
+    except OSError:
+        after = None
+    return ok, digest, (before if before == after else None)
+
+
+def settle_leftover(item: _snapshot_plan.Item, staged: str) -> bool:
+    """Decide about a staging file left by an earlier run before aria2 sees it.
+
+    With --continue, aria2 takes a file without its .aria2 control file as complete up to its
+    length (a preallocated file looks whole): such a file is hashed, kept only if it matches.
+    Returns True when the file is whole and verified (ready to place).
+    """
+    ctrl = staged + ".aria2"
+    if not os.path.exists(staged):
+        if os.path.exists(ctrl):
+            os.unlink(ctrl)
+        return False
+    if os.path.exists(ctrl):
+        item.resumed = True
+        return False
+    ok, digest = _snapshot_plan.verify_local(staged, item.remote)
+    if ok:
+        item.sha256 = digest
+        item.resumed = True
+        return True
+    os.unlink(staged)
+    return False
+
+
+def cleanup(dest: str) -> None:
+    """After a run with no failure: aria2's work directory and the (then empty) staging directory go."""
+    staging = staging_dir(dest)
+    if os.path.isdir(staging):
+        shutil.rmtree(os.path.join(staging, ARIA2_WORKDIR), ignore_errors=True)
+        try:
+            os.rmdir(staging)
+        except OSError:
+            pass

@@ -1,0 +1,361 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Fetching files into staging and placing them once verified: a URL source, aria2, our own hashes.
+
+Private to the collection: not a public API, may change without notice.
+
+``Transfer`` fetches a set of plan.Items (each knows its size and the Hub's id for its bytes) into
+``<dest>/.gpufleet/staging/`` and renames each to its final path once its hash matched. It works in
+rounds (``_Round``): resolve every pending file to a URL through a *source*, fetch what the source
+serves itself in-process, fetch the rest with one aria2c, then settle each file by aria2's outcome.
+A failed file is retried in the next round with a fresh URL, after a backoff that honours the
+servers' Retry-After.
+
+A source is any object with
+
+- ``resolve(items) -> [(item, Resolution)]``: a URL per item, or the error of this round; raises
+  SnapshotError for what no retry can fix;
+- ``download(url, out_path)``: fetch a URL the source marked ``direct`` (bytes that must not go
+  through aria2, e.g. because they need a token), raising SourceError.
+
+``HubSource`` is the Hub's ``/resolve/`` endpoint. Each file is hashed once, here, in a thread pool,
+as soon as aria2's log says it is complete, while the other files still download.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hashing, _hub, _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_plan, _snapshot_staging
+from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError, backoff
+from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_progress import PROGRESS_INTERVAL
+
+# A server's Retry-After is honoured up to this many seconds.
+MAX_RETRY_AFTER = 600.0
+# Parallel HEADs per round: resolving is latency, not bandwidth.
+RESOLVE_THREADS = 8
+# aria2 exit codes after which the staging file cannot be resumed (checksum failed, the server
+# cannot resume, the control file is unusable): the next round starts the file over.
+RESTART_CODES = frozenset((32, 8, 10))
+DISK_FULL_CODE = 9
+# What aria2 (or the CDN) says when a signed URL expired or was refused: the next round re-resolves.
+URL_REFUSED_STATUSES = (403, 410)
+
+
+class SourceError(Exception):
+    """A file a source could not serve this round; ``message`` is its error, retried next round."""
+
+    def __init__(self, message: str, retry_after: float = 0.0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+class Resolution(NamedTuple):
+    """Where one file's bytes are this round: ``url`` (None: ``error``), fetched by aria2 unless
+    ``direct`` (the source's own ``download``)."""
+
+    url: str | None
+    direct: bool = False
+    error: str | None = None
+    retry_after: float = 0.0
+
+
+class HubSource(object):
+    """The Hub's resolve endpoint: a HEAD per file, the token to the endpoint only.
+
+    aria2 gets the (signed) URL the endpoint redirects to, never the token. A file the endpoint
+    serves itself to a token holder (no redirect: small files of gated repos) is ``direct``: it is
+    fetched in-process, so the token still never reaches aria2.
+    """
+
+    def __init__(self, *, endpoint: str, repo_id: str, repo_type: str, commit: str, token: str | None,
+                 use_token: bool, timeout: float, opener: Any) -> None:
+        self.endpoint = endpoint
+        self.repo_id = repo_id
+        self.repo_type = repo_type
+        self.commit = commit
+        self.token = token
+        self.timeout = timeout
+        self.opener = opener
+        # The listing decides first; a resolve refused without the token turns it on for good.
+        self.send_token = bool(token) and use_token
+
+    def _head(self, item: _snapshot_plan.Item) -> tuple[_snapshot_plan.Item, Any, Exception | None]:
+        try:
+            return item, _hub.resolve_file(
+                self.opener, self.endpoint, self.repo_id, self.commit, item.remote.path,
+                token=self.token if self.send_token else None, repo_type=self.repo_type, timeout=self.timeout,
+            ), None
+        except (_hub.HubHTTPError, OSError, ValueError) as exc:
+            return item, None, exc
+
+    def _head_all(self, items: Sequence[_snapshot_plan.Item]) -> list:
+        with ThreadPoolExecutor(max_workers=RESOLVE_THREADS) as pool:
+            answers = list(pool.map(self._head, items))
+            refused = [a[0] for a in answers if getattr(a[2], "status", None) in (401, 403)]
+            if refused and self.token and not self.send_token:
+                # a gated or private repo: from now on the token goes along (to the endpoint only)
+                self.send_token = True
+                again = {a[0].key: a for a in pool.map(self._head, refused)}
+                answers = [again.get(a[0].key, a) for a in answers]
+        return answers
+
+    def _fatal(self, item: _snapshot_plan.Item, exc: Exception) -> SnapshotError | None:
+        status = getattr(exc, "status", None)
+        message = getattr(exc, "message", exc)
+        if status in (401, 403):
+            return SnapshotError("the Hub refused %s of %s (%s): %s" % (
+                item.remote.path, self.repo_id, message,
+                "the token has no access to this gated/private repo; request access or use another token"
+                if self.send_token else "gated or private repo: set token (or HF_TOKEN on the host)",
+            ), status=status)
+        if status == 404:
+            return SnapshotError("%s is listed in %s@%s but the Hub answers 404 for it: %s"
+                                 % (item.remote.path, self.repo_id, self.commit, message))
+        return None
+
+    def resolve(self, items: Sequence[_snapshot_plan.Item]) -> list[tuple[_snapshot_plan.Item, Resolution]]:
+        out = []
+        for item, url, exc in self._head_all(items):
+            if exc is not None:
+                fatal = self._fatal(item, exc)
+                if fatal is not None:
+                    raise fatal
+                out.append((item, Resolution(None, error="resolve: %s" % (getattr(exc, "message", None) or exc),
+                                             retry_after=getattr(exc, "retry_after", None) or 0.0)))
+                continue
+            if url.sha256 and item.remote.lfs and item.remote.sha256 and url.sha256 != item.remote.sha256:
+                raise SnapshotError("the Hub's listing and its resolve answer disagree on %s's sha256 (%s vs %s)"
+                                    % (item.remote.path, item.remote.sha256, url.sha256))
+            out.append((item, Resolution(url.url, direct=url.direct and self.send_token)))
+        return out
+
+    def download(self, url: str, out_path: str) -> None:
+        try:
+            _hub.download_direct(self.opener, url, out_path, token=self.token, timeout=self.timeout)
+        except _hub.HubHTTPError as exc:
+            raise SourceError("GET: %s" % exc.message, exc.retry_after or 0.0)
+        except OSError as exc:
+            raise SourceError("GET: %s" % exc)
+
+
+@dataclasses.dataclass(frozen=True)
+class Aria2Settings:  # pylint: disable=too-many-instance-attributes
+    """How aria2c runs: its path, the proxy (in its input file) and its tuning (on its argv)."""
+
+    aria2c: str
+    connections: int
+    splits: int
+    parallel_files: int
+    min_split_size: str
+    timeout: int
+    retry_wait: int
+    validate_certs: bool
+    ca_path: str | None
+    proxy: str | None
+
+    def tuning(self) -> dict[str, Any]:
+        """_aria2.run's tuning keywords."""
+        return {key: value for key, value in dataclasses.asdict(self).items() if key not in ("aria2c", "proxy")}
+
+
+class Transfer(object):
+    """Fetch ``items`` (plan.Items) into staging and place each once verified.
+
+    Items with the same content key travel once; the others are hard-linked from the first.
+    ``progress`` needs ``write(state=..., message=...)``, ``timings`` ``took(phase, since)``.
+    """
+
+    def __init__(self, items: Sequence[_snapshot_plan.Item], *, dest: str, source: Any, aria2: Aria2Settings,
+                 max_tries: int, retry_wait: float, hash_workers: int | None, progress: Any, timings: Any,
+                 log: Callable[[str], None]) -> None:
+        self.dest = dest
+        self.staging = _snapshot_staging.staging_dir(dest)
+        self.source = source
+        self.aria2 = aria2
+        self.max_tries = max(1, max_tries)
+        self.retry_wait = retry_wait
+        self.hash_workers = hash_workers
+        self.progress = progress
+        self.timings = timings
+        self.log = log
+        self.by_key: dict[str, list[_snapshot_plan.Item]] = {}
+        for item in items:
+            self.by_key.setdefault(item.key, []).append(item)
+        self.pending = {key: group[0] for key, group in self.by_key.items()}
+        self.errors: dict[str, str] = {}
+
+    def run(self) -> dict[str, str]:
+        """Fetch; returns {path: last error} of the files that could not be fetched."""
+        _snapshot_staging.make_staging(self.dest)
+        for attempt in range(1, self.max_tries + 1):
+            self._take_leftovers()
+            if not self.pending:
+                break
+            wait_hint = _Round(self).run()
+            if not self.pending:
+                break
+            if attempt < self.max_tries:
+                self._pause(attempt, wait_hint)
+        failed = {item.remote.path: self.errors.get(item.remote.path, "not fetched") for item in self.pending.values()}
+        self._link_duplicates(failed)
+        return failed
+
+    def staged(self, item: _snapshot_plan.Item) -> str:
+        return os.path.join(self.staging, item.key)
+
+    def placed(self, item: _snapshot_plan.Item) -> None:
+        """``item``'s verified staging file goes to its final path; it is done."""
+        _snapshot_staging.place(item, self.staged(item), self.dest)
+        self.pending.pop(item.key, None)
+        self.errors.pop(item.remote.path, None)
+
+    def _take_leftovers(self) -> None:
+        # Before every round: what an earlier (possibly killed) aria2 left must not be taken on trust.
+        for first in list(self.pending.values()):
+            if _snapshot_staging.settle_leftover(first, self.staged(first)):
+                self.placed(first)
+
+    def _pause(self, attempt: int, wait_hint: float) -> None:
+        wait = min(MAX_RETRY_AFTER, max(wait_hint, backoff(self.retry_wait, attempt)))
+        self.log("%d file(s) not done after try %d/%d, next try in %.0f s" % (len(self.pending), attempt, self.max_tries, wait))
+        self.progress.write(message="retrying %d file(s) in %.0f s: %s" % (
+            len(self.pending), wait, "; ".join("%s: %s" % kv for kv in sorted(self.errors.items())[:3])))
+        time.sleep(wait)
+
+    def _link_duplicates(self, failed: dict[str, str]) -> None:
+        # Same bytes under several paths: the first was fetched, the others are hard links to it.
+        for group in self.by_key.values():
+            first = group[0]
+            for other in group[1:]:
+                if first.stat is None:
+                    failed[other.remote.path] = failed.get(first.remote.path, "not fetched")
+                else:
+                    _snapshot_staging.link_duplicate(first, other, self.staging, self.dest)
+
+
+class _Round(object):
+    """One pass over the pending files: resolve, direct downloads, one aria2c, settle each file."""
+
+    def __init__(self, transfer: Transfer) -> None:
+        self.t = transfer
+        self.wait_hint = 0.0  # what the servers asked us to wait before the next round
+        self.batch: dict[str, _snapshot_plan.Item] = {}
+        self.hashes: dict[str, Any] = {}
+        self.pool: ThreadPoolExecutor | None = None
+
+    def run(self) -> float:
+        """Returns the wait the servers asked for (Retry-After), 0 when none."""
+        mark = time.monotonic()
+        resolved = self.t.source.resolve(list(self.t.pending.values()))
+        self.t.timings.took("resolve", mark)
+        batch = []
+        direct = []
+        for item, res in resolved:
+            if res.url is None:
+                self._failed(item, res.error, res.retry_after)
+            else:
+                (direct if res.direct else batch).append((item, res.url))
+        for item, url in direct:
+            self._direct(item, url)
+        if batch:
+            self._aria2(batch)
+        return self.wait_hint
+
+    def _failed(self, item: _snapshot_plan.Item, error: str, retry_after: float = 0.0) -> None:
+        self.t.errors[item.remote.path] = error
+        self.wait_hint = max(self.wait_hint, retry_after or 0.0)
+
+    def _direct(self, item: _snapshot_plan.Item, url: str) -> None:
+        staged = self.t.staged(item)
+        try:
+            self.t.source.download(url, staged)
+        except SourceError as exc:
+            self._failed(item, exc.message, exc.retry_after)
+            return
+        ok, digest = _snapshot_plan.verify_local(staged, item.remote)
+        if not ok:
+            os.unlink(staged)
+            self._failed(item, "downloaded bytes do not match the Hub's id")
+            return
+        item.sha256 = digest
+        self.t.placed(item)
+
+    def _hash_later(self, key: str) -> None:
+        """Our single hash pass over a file, started as soon as aria2 reports it complete (it has
+        closed it and never writes it again), while the other files still download."""
+        item = self.batch.get(key)
+        if item is None or key in self.hashes:
+            return
+        self.hashes[key] = self.pool.submit(_snapshot_staging.hash_staged, self.t.staged(item), item.remote)
+
+    def _aria2(self, batch: list[tuple[_snapshot_plan.Item, str]]) -> None:
+        t = self.t
+        # No checksum= for aria2: it would hash in its single thread after the transfer.
+        jobs = [_aria2.Aria2File(item.key, url, t.staging, item.key, None, item.remote.size) for item, url in batch]
+        self.batch = {item.key: item for item, url in batch}
+        self.pool = ThreadPoolExecutor(max_workers=t.hash_workers or _hashing.default_workers())
+        mark = time.monotonic()
+        try:
+            result = _aria2.run(
+                jobs, os.path.join(t.staging, _snapshot_staging.ARIA2_WORKDIR), aria2c=t.aria2.aria2c,
+                tick=t.progress.write, tick_interval=PROGRESS_INTERVAL, proxy=t.aria2.proxy,
+                on_complete=self._hash_later, **t.aria2.tuning())
+            mark = t.timings.took("aria2", mark)
+            for item, url in batch:
+                if result.outcomes[item.key].status == "OK":
+                    self._hash_later(item.key)
+            hashed = {key: future.result() for key, future in self.hashes.items()}
+        finally:
+            self.pool.shutdown(wait=True)
+        t.timings.took("hash_after_aria2", mark)
+        if result.retry_after:
+            self.wait_hint = max(self.wait_hint, float(result.retry_after))
+        for item, url in batch:
+            self._settle(item, result.outcomes[item.key], hashed.get(item.key))
+
+    def _settle(self, item: _snapshot_plan.Item, outcome: Any, hashed: tuple | None) -> None:
+        """Place a file aria2 finished whose bytes match; otherwise record why not."""
+        staged = self.t.staged(item)
+        ctrl = staged + ".aria2"
+        whole = outcome.status == "OK" and os.path.isfile(staged) and not os.path.exists(ctrl)
+        if not whole:
+            self._settle_unfinished(item, outcome, staged, ctrl)
+            return
+        if os.path.getsize(staged) != item.remote.size:
+            self._failed(item, "size %d, expected %d" % (os.path.getsize(staged), item.remote.size))
+            _snapshot_staging.remove(staged, ctrl)
+            return
+        ok, digest, record = hashed or (False, None, None)
+        if not _manifest.same_stat(record, staged):
+            # touched since (or while) it was hashed: only its bytes now decide
+            ok, digest = _snapshot_plan.verify_local(staged, item.remote)
+        if ok:
+            item.sha256 = digest
+            self.t.placed(item)
+            return
+        self._failed(item, "downloaded bytes do not match the Hub's id")
+        _snapshot_staging.remove(staged, ctrl)
+
+    def _settle_unfinished(self, item: _snapshot_plan.Item, outcome: Any, staged: str, ctrl: str) -> None:
+        """A file aria2 did not finish, by its exit code: resume it, start it over, or stop here."""
+        code = outcome.code
+        message = outcome.message or _aria2.explain(code)
+        if code in RESTART_CODES:
+            _snapshot_staging.remove(staged, ctrl)
+        if code == DISK_FULL_CODE:
+            raise SnapshotError("the disk under %s is full (aria2: %s) while fetching %s; free space or raise the volume"
+                                % (self.t.dest, message, item.remote.path))
+        error = "aria2 exit %s: %s" % (code, message) if code is not None else message
+        if outcome.http_status in URL_REFUSED_STATUSES:
+            error += " (signed URL expired or refused: re-resolving)"
+        self._failed(item, error)
