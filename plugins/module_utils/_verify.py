@@ -29,6 +29,7 @@ import collections
 import os
 import time
 import traceback
+import typing as t
 
 from ansible.module_utils.basic import missing_required_lib
 
@@ -72,7 +73,7 @@ def argument_spec() -> dict:
 Options = collections.namedtuple("Options", list(argument_spec()))
 
 
-def options(**params) -> Options:
+def options(**params: t.Any) -> Options:
     """The spec's defaults overlaid with ``params``; TypeError names an option the spec does not have."""
     spec = argument_spec()
     unknown = sorted(set(params) - set(spec))
@@ -123,7 +124,7 @@ def missing_libraries(expect=None, repo_id: str | None = None) -> list:
     return missing
 
 
-def check_params(**params) -> list:
+def check_params(**params: t.Any) -> list:
     """Validate what argument_spec cannot; returns the compiled expectations. Raises ParamError.
 
     ``params``: options of the spec by name; the others take the spec's defaults.
@@ -147,7 +148,7 @@ def check_params(**params) -> list:
         raise ParamError(str(exc))
 
 
-def verify(path: str, *, check_mode: bool = False, expectations=None, **params) -> dict:
+def verify(path: str, *, check_mode: bool = False, expectations: list | None = None, **params: t.Any) -> dict:
     """Run every check on the model at ``path``; returns the result dict (see the module's RETURN).
 
     ``params``: options of the spec by name (``fail_on_problem`` is the module's concern and is

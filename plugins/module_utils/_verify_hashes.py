@@ -178,8 +178,8 @@ class HashRun(object):
             self.problems.append("%s is not a regular file; remove it and re-fetch it (hf_snapshot)" % rel)
             return
         if now["size"] != exp.size:
-            self.problems.append("%s is %d bytes, %s says %d: %s" % (rel, now["size"], label, exp.size,
-                                                                    mismatch_fix(rel)))
+            self.problems.append("%s is %d bytes, %s says %d: %s"
+                                 % (rel, now["size"], label, exp.size, mismatch_fix(rel)))
             return
         large = is_large(rel, exp)
         if exp.sha256:
@@ -219,8 +219,8 @@ class HashRun(object):
         if isinstance(got, Exception):
             self.problems.append("%s cannot be read (%s); re-fetch it (hf_snapshot)" % (rel, got))
         elif got != want:
-            self.problems.append("%s: sha256 %s..., %s says %s...: %s" % (rel, got[:16], label, want[:16],
-                                                                         mismatch_fix(rel)))
+            self.problems.append("%s: sha256 %s..., %s says %s...: %s"
+                                 % (rel, got[:16], label, want[:16], mismatch_fix(rel)))
             if large:
                 # Remember what we found: without a record of ours, the manifest's stat record (which has
                 # no ctime) could vouch for a file rewritten with its mtime restored on the next run.
@@ -245,8 +245,8 @@ class HashRun(object):
                 self.problems.append("%s cannot be read (%s); re-fetch it (hf_snapshot)" % (rel, exc.strerror or exc))
                 continue
             if got != want:
-                self.problems.append("%s: git blob id %s, %s says %s: %s" % (rel, got[:12], self.source.label,
-                                                                            want[:12], mismatch_fix(rel)))
+                self.problems.append("%s: git blob id %s, %s says %s: %s"
+                                     % (rel, got[:12], self.source.label, want[:12], mismatch_fix(rel)))
 
     def warn_unlisted(self) -> None:
         """Files the source does not list; partials and unreferenced shards are the stray step's."""

@@ -581,7 +581,7 @@ def test_step_hashes_takes_a_tree_and_keyword_options(trees):
     target, _drafter = trees
     tree = _tree(target)
     with pytest.raises(TypeError):
-        vh.check_hashes(vs.Report(), tree, "full")  # pylint: disable=too-many-function-args
+        vh.check_hashes(vs.Report(), tree, "full")  # pylint: disable=too-many-function-args,missing-kwoa
     report = vs.Report()
     fields = vh.check_hashes(report, tree, mode="full", hash_workers=2)
     assert fields["expected_from"] == "manifest" and fields["commit"] == "c" * 40

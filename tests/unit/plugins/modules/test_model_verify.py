@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from ansible_collections.gpufleet.llm.plugins.module_utils import _expect
 from ansible_collections.gpufleet.llm.plugins.modules import model_verify
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees as mt
@@ -87,3 +88,16 @@ def test_bad_parameters_fail_cleanly(capsys, args, needle):
 def test_missing_path_is_a_problem_not_a_traceback(capsys, tmp_path):
     res = run(capsys, {"path": str(tmp_path / "nope")})
     assert res["failed"] and "does not exist" in res["msg"] and "exception" not in res
+
+
+def test_missing_library_fails_with_missing_required_lib(capsys, monkeypatch, trees):
+    target, _drafter = trees
+    monkeypatch.setattr(_expect, "HAS_JMESPATH", False)
+    monkeypatch.setattr(_expect, "JMESPATH_IMPORT_ERROR", "Traceback (stand-in): No module named 'jmespath'")
+    res = run(capsys, {"path": target, "expect": {"model_type": "kimi_k25"}})
+    assert res["failed"] and res["_rc"] == 1 and "required Python library (jmespath)" in res["msg"]
+    # ansible-core 2.19 keeps the traceback out of the result unless tracebacks are enabled; older cores keep it.
+    assert res.get("exception", "Traceback (stand-in)").startswith("Traceback (stand-in)")
+    # Without expect, jmespath is not needed.
+    res = run(capsys, {"path": target, "mode": "quick"})
+    assert res["ok"] and not res.get("failed")
