@@ -2,7 +2,7 @@
 
   bench.py hub-throughput [--runs 3]   aria2c on lab host gpu1 pulling the 1 GiB fixture through the
                                        lab Hub's 302 to its CDN: 16 connections vs 1, side by side,
-                                       uncapped (what the Hub can serve) and with the seeds' caps
+                                       uncapped (what the Hub can serve) and under a CDN-like cap
                                        (10 MiB/s per connection, 160 MiB/s in total)
 
 Needs the lab up (make lab-up). These machines are shared and noisy: compare the ratios measured in
@@ -85,7 +85,8 @@ def measure(info: dict, url: str, size: int, runs: int) -> dict:
     return rows
 
 
-SEED_CAPS = {"rate_per_conn": 10 * 2**20, "rate_total": 160 * 2**20}
+# A CDN-like limit: one connection is slow, many connections share a link.
+CDN_LIKE_CAPS = {"rate_per_conn": 10 * 2**20, "rate_total": 160 * 2**20}
 
 
 def hub_throughput(runs: int) -> dict:
@@ -105,7 +106,7 @@ def hub_throughput(runs: int) -> dict:
     hub_control(info, "/_lab/reset", {})
     try:
         uncapped = measure(info, url, size, runs)
-        hub_control(info, "/_lab/config", SEED_CAPS)
+        hub_control(info, "/_lab/config", CDN_LIKE_CAPS)
         # One run: a single capped connection needs ~100 s for the 1 GiB file.
         capped = measure(info, url, size, 1)
     finally:
@@ -117,7 +118,7 @@ def hub_throughput(runs: int) -> dict:
         "bytes": size,
         "runs": runs,
         "uncapped": uncapped,
-        "capped": {"caps": SEED_CAPS, "runs": 1, **capped},
+        "capped": {"caps": CDN_LIKE_CAPS, "runs": 1, **capped},
     }
     return result
 

@@ -25,16 +25,17 @@ import json
 import os
 import pathlib
 import platform
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+
+import ready  # noqa: E402  (tests/lab/ready.py)
+
 STANDIN = HERE / "sglang_standin" / "gpufleet_lab_sglang.py"
 CACHE = pathlib.Path(os.environ.get("GPUFLEET_LAB_CACHE", os.path.expanduser("~/.cache/gpufleet-lab")))
 WORK = CACHE / "bench-sglang"
@@ -76,23 +77,12 @@ def _start(workdir, name, options, env):
     child_env = dict(os.environ, HOME=str(base / "home"), PYTHONUNBUFFERED="1",
                      HF_MODULES_CACHE=str(base / "home" / "hf"), TRITON_CACHE_DIR=str(base / "home" / "triton"),
                      TORCHINDUCTOR_CACHE_DIR=str(base / "home" / "inductor"), **env)
-    log = open(base / "server.log", "wb")  # noqa: SIM115 (lives as long as the server)
-    proc = subprocess.Popen([sys.executable, str(STANDIN), "--config", str(config)], stdout=log,
-                            stderr=subprocess.STDOUT, env=child_env, cwd=str(base))
-    url = "http://127.0.0.1:%d" % port
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit("stand-in %s exited: %s" % (name, (base / "server.log").read_text()[-2000:]))
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return proc, url
-        except OSError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("stand-in %s not ready within 60 s" % name)
+    try:
+        return ready.start([sys.executable, STANDIN, "--config", config], ready_file=base / "ready.json",
+                           log=base / "server.log", what="stand-in %s" % name,
+                           until=lambda info: info["state"] == "ready", env=child_env, cwd=str(base))
+    except ready.NotReady as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def _cpu_seconds(pid):
@@ -143,7 +133,8 @@ def main():
             result = {}
             cpu = {}
             for label in ("spec", "baseline"):
-                proc, url = servers[label]
+                proc, info = servers[label]
+                url = info["url"]
                 before = bench.server_state(url)
                 client0, server0 = time.process_time(), _cpu_seconds(proc.pid)
                 records, wall = bench.run_level(url, requests, level, request_timeout=120)
@@ -174,12 +165,8 @@ def main():
                                                     rows[-1]["baseline_output_throughput"], ideal_base, speedup,
                                                     predicted_speedup, rows[-1]["accept_length"], predicted_accept))
     finally:
-        for proc, _url in servers.values():
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        for proc, _info in servers.values():
+            ready.stop(proc)
 
     doc = dict(
         benchmark="sglang_bench client fidelity against the lab SGLang stand-in",

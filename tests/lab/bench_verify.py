@@ -26,9 +26,7 @@ import hashlib
 import json
 import os
 import pathlib
-import selectors
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -42,6 +40,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
+import ready  # noqa: E402
 from sparse_tree import make_sparse_tree  # noqa: E402
 
 CACHE = pathlib.Path(os.environ.get("GPUFLEET_LAB_CACHE", os.path.expanduser("~/.cache/gpufleet-lab")))
@@ -207,36 +206,15 @@ def openssl_parallel(paths, workers: int) -> float:
 def start_hub(store: pathlib.Path, log: pathlib.Path):
     cmd = [sys.executable, str(HERE / "hub" / "server.py"), "--store", str(store), "--api", "127.0.0.1:0",
            "--cdn", "127.0.0.2:0", "--log", str(log)]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + 30
-    buf = b""
-    while b"\n" not in buf and time.monotonic() < deadline and proc.poll() is None:
-        if sel.select(timeout=0.5):
-            chunk = os.read(proc.stdout.fileno(), 4096)
-            if not chunk:
-                break
-            buf += chunk
-    sel.close()
     try:
-        ready = json.loads(buf.split(b"\n", 1)[0])
-    except ValueError:
-        stop_hub(proc)
-        raise SystemExit(f"lab Hub did not start: {buf[:300]!r}") from None
-    return proc, ready["api"]
+        proc, info = ready.start(cmd, ready_file=log.parent / "ready.json", what="the lab Hub")
+    except ready.NotReady as exc:
+        raise SystemExit(str(exc)) from None
+    return proc, info["api"]
 
 
 def stop_hub(proc) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-    if proc.stdout:
-        proc.stdout.close()
+    ready.stop(proc)
 
 
 def hf_verify(api_url: str, commit: str, tree: pathlib.Path) -> tuple:

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hosts  # noqa: E402
 import netlab  # noqa: E402
+import ready  # noqa: E402
 from hosts import LabError, log  # noqa: E402
 
 SSH_OPTS = [
@@ -102,7 +103,8 @@ def host_running(name: str) -> bool:
     return bool(hosts.nspawn_pids(name))
 
 
-def start_hub() -> int | None:
+def start_hub() -> tuple[int, subprocess.Popen | None] | None:
+    """(pid, the process when started now, None when it was already running); None: no server.py."""
     server = hub_server()
     if not server.exists():
         log(f"WARNING: {server} does not exist: the Hub is NOT started")
@@ -111,27 +113,38 @@ def start_hub() -> int | None:
     hdir.mkdir(parents=True, exist_ok=True)
     pid = hosts.read_pid(hdir / "hub.pid")
     if pid and hosts.pid_alive(pid):
-        return pid
+        return pid, None
     fixtures = hosts.cache_dir() / "fixtures"
     cmd = ["ip", "netns", "exec", netlab.HUB_NETNS, controller_python(), str(server),
            "--store", str(fixtures), "--api", f"{netlab.HUB_API_ADDR}:{HUB_PORT}",
            "--cdn", f"{netlab.HUB_CDN_ADDR}:{HUB_PORT}", "--log", str(hdir / "requests.jsonl"),
            "--tokens", str(fixtures / "tokens.json")]
-    with open(hdir / "server.log", "ab") as out:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                start_new_session=True, cwd=str(hosts.REPO))
+    # The Hub outlives labctl (its own session); `ip netns exec` execs the server, so the pid is its.
+    proc = ready.spawn(cmd, ready_file=hdir / "ready.json", log=hdir / "server.log",
+                       start_new_session=True, cwd=str(hosts.REPO))
     (hdir / "hub.pid").write_text(str(proc.pid))
-    return proc.pid
+    return proc.pid, proc
 
 
-def wait_until(what: str, check, timeout: float, interval: float = 0.2) -> float:
-    started = time.monotonic()
-    while True:
-        if check():
-            return time.monotonic() - started
-        if time.monotonic() - started > timeout:
-            raise LabError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
+def wait_hub(pid: int, proc: subprocess.Popen | None) -> None:
+    """A Hub started now: until its ready file is there. One left running by an earlier `up`: until
+    it answers its health check (it may predate --ready-file)."""
+    hdir = hub_dir()
+    if proc is not None:
+        wait_until("the lab Hub", lambda: ready.read(hdir / "ready.json"), alive=proc, timeout=HUB_WAIT,
+                   log=hdir / "server.log")
+    else:
+        wait_until("the lab Hub", hub_healthy, alive=lambda: hosts.pid_alive(pid), timeout=HUB_WAIT,
+                   log=hdir / "server.log")
+
+
+def wait_until(what: str, check, *, alive=lambda: True, timeout: float, interval: float = ready.POLL_SECONDS,
+               log: Path | None = None):
+    """ready.wait_until, failing as labctl does (LabError)."""
+    try:
+        return ready.wait_until(check, alive=alive, what=what, timeout=timeout, interval=interval, log=log)
+    except ready.NotReady as exc:
+        raise LabError(str(exc)) from None
 
 
 def write_inventory(names: list[str]) -> None:
@@ -226,7 +239,7 @@ def cmd_up(args) -> int:
         started_now[name] = hosts.start_host(name)
     for name, supervisor in started_now.items():
         hosts.wait_leader(name, supervisor)
-    hub_pid = start_hub()
+    hub = start_hub()
     boot_started = time.monotonic()
     pending = dict((name, netlab.host_addr(i)) for i, name in enumerate(names, 1))
 
@@ -239,18 +252,15 @@ def cmd_up(args) -> int:
                 del pending[name]
         return not pending
 
-    wait_until("ssh on " + ", ".join(names), all_ssh, SSH_WAIT, interval=0.3)
+    # ssh polls spawn a process per host per round: not at ready.POLL_SECONDS.
+    wait_until("ssh on " + ", ".join(names), all_ssh, timeout=SSH_WAIT, interval=0.3)
     log(f"{n} host(s) answer ssh ({time.monotonic() - boot_started:.1f} s after start)")
-    if hub_pid is not None:
-        def hub_ready() -> bool:
-            if not hosts.pid_alive(hub_pid):
-                raise LabError(f"the Hub server exited; see {hub_dir() / 'server.log'}")
-            return hub_healthy()
-        wait_until("the Hub health check", hub_ready, HUB_WAIT)
-        log(f"Hub healthy at http://{netlab.HUB_API_ADDR}:{HUB_PORT}")
+    if hub is not None:
+        wait_hub(*hub)
+        log(f"Hub ready at http://{netlab.HUB_API_ADDR}:{HUB_PORT}")
     elapsed = time.monotonic() - started
     write_inventory(names)
-    write_lab_json(names, hub_pid, elapsed)
+    write_lab_json(names, hub[0] if hub else None, elapsed)
     log(f"inventory: {inventory()}")
     print(f"lab up: {n} host(s) in {elapsed:.1f} s wall time")
     return 0

@@ -1,11 +1,13 @@
 """The lab's Hugging Face Hub-compatible HTTP server (API host + signed-URL "CDN" host).
 
-    server.py --store DIR --api HOST:PORT --cdn HOST:PORT [--tokens FILE] [--log FILE]
+    server.py --store DIR --api HOST:PORT --cdn HOST:PORT [--tokens FILE] [--log FILE] [--ready-file FILE]
 
 Serves the fixture store under DIR (store/ + blobs/) with the API subset huggingface_hub and
 aria2 use, plus a test-only control API under /_lab/ on the API address (faults, bandwidth caps,
 request log). Port 0 picks a free port; when both listeners are up it prints one JSON line
-{"api": URL, "cdn": URL} on stdout. SIGTERM or SIGINT stops it. See README.md beside this file.
+{"api": URL, "cdn": URL} on stdout and writes the same document to the --ready-file (atomically:
+tests/lab/ready.py starts the server and waits for it). SIGTERM or SIGINT stops it. See README.md
+beside this file.
 
 Standard library only; file bodies are streamed with os.sendfile, never read into memory.
 """
@@ -32,14 +34,18 @@ import threading
 import time
 from urllib.parse import parse_qs, unquote, urlencode
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
 if __package__ in (None, ""):
     # Run as a script (labctl): make the sibling modules importable.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, _HERE)
     from control import ConfigError, LabControl, TokenBucket  # noqa: E402
     from store import FixtureStore, RepoNotFound, RevisionNotFound  # noqa: E402
 else:
     from .control import ConfigError, LabControl, TokenBucket
     from .store import FixtureStore, RepoNotFound, RevisionNotFound
+# tests/lab/ready.py: the --ready-file format every lab server shares.
+sys.path.insert(0, os.path.dirname(_HERE))
+import ready  # noqa: E402
 
 _UNCAPPED_CHUNK = 8 * 1024 * 1024
 _SIOCOUTQ = 0x5411  # Linux: bytes still queued in a socket's send buffer
@@ -831,6 +837,7 @@ def main(argv=None) -> int:
     ap.add_argument("--log", help="append the request log here as JSON lines")
     ap.add_argument("--cdn-url-ttl", type=int, default=3600, help="signed CDN URL lifetime (s)")
     ap.add_argument("--tree-page-size", type=int, default=1000, help="entries per /tree page")
+    ap.add_argument("--ready-file", help="write the ready JSON here once both listeners are up")
     args = ap.parse_args(argv)
     if args.tokens is None and os.path.isfile(os.path.join(args.store, "tokens.json")):
         args.tokens = os.path.join(args.store, "tokens.json")
@@ -841,7 +848,10 @@ def main(argv=None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
     hub.start()
-    print(json.dumps({"api": hub.api_url, "cdn": hub.cdn_url}), flush=True)
+    info = {"api": hub.api_url, "cdn": hub.cdn_url}
+    print(json.dumps(info), flush=True)
+    if args.ready_file:
+        ready.write(args.ready_file, info)
     while not done.wait(1.0):
         pass
     hub.stop()

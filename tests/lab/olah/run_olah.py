@@ -13,8 +13,10 @@ Known limits of olah 0.5.4 handled here (see tests/lab/tests/test_olah.py for th
   401 "Repository not found");
 - it reads whole files into memory: only small fixture repos are mirrored (never throughput-1g).
 
-Usage:  python tests/lab/olah/run_olah.py [--cache DIR] [--port N] [--repo ORG/NAME ...]
-        (serves until Ctrl-C or --seconds elapse)
+Usage:  python tests/lab/olah/run_olah.py [--cache DIR] [--port N] [--repo ORG/NAME ...] [--ready-file F]
+        (serves until Ctrl-C or --seconds elapse; once olah answers, prints "olah VERSION serving
+        on URL ..." and writes {"url", "workdir", "version", "pid"} to the ready file: start it
+        with tests/lab/ready.py)
         from run_olah import start_olah; with start_olah() as olah: olah.url
 """
 
@@ -44,6 +46,7 @@ OLAH_VERSION = "0.5.4"
 sys.path.insert(0, str(LAB))
 
 import fixtures  # noqa: E402
+import ready  # noqa: E402
 
 DEFAULT_REPOS = (fixtures.TARGET, fixtures.DRAFTER, fixtures.GATED)
 # olah reads every file it serves whole into memory: keep it to the small fixtures.
@@ -168,13 +171,7 @@ class OlahServer:
             return ""
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout)
+        ready.stop(self.proc, timeout=timeout)
         self.upstream.close()
         if not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -245,24 +242,22 @@ def start_olah(cache_dir: Optional[os.PathLike] = None, port: int = 0,
         )
     server = OlahServer(proc, f"http://{host}:{port}", work, upstream, log, keep_workdir)
     probe = f"{server.url}/api/models/{next(iter(repos), fixtures.TARGET)}/refs"
-    deadline = time.monotonic() + startup_timeout
-    while True:
-        if proc.poll() is not None:
-            text = server.log_text()
-            server.stop()
-            raise OlahError(f"olah exited with {proc.returncode}:\n{text[-3000:]}")
-        try:
-            with urllib.request.urlopen(probe, timeout=2) as resp:
-                if resp.status == 200:
-                    return server
-        except (urllib.error.URLError, ConnectionError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            text = server.log_text()
-            server.stop()
-            raise OlahError(f"olah did not answer {probe} within {startup_timeout}s:\n"
-                            f"{text[-3000:]}")
-        time.sleep(0.2)
+    # olah is third-party (no --ready-file): ready means it answers the first repo's refs.
+    try:
+        ready.wait_until(lambda: _answers(probe), alive=proc, what=f"olah (waiting for {probe})",
+                         timeout=startup_timeout, log=log)
+    except ready.NotReady as exc:
+        server.stop()
+        raise OlahError(str(exc)) from None
+    return server
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, ConnectionError, OSError):
+        return False
 
 
 def main(argv=None) -> int:
@@ -272,7 +267,13 @@ def main(argv=None) -> int:
     parser.add_argument("--repo", action="append", help="repo to mirror (default: the small fixtures)")
     parser.add_argument("--seconds", type=float, default=0, help="stop after this long (0: Ctrl-C)")
     parser.add_argument("--keep-workdir", action="store_true", help="keep config, cache and logs")
+    parser.add_argument("--ready-file", help="write the ready JSON here once olah answers")
     args = parser.parse_args(argv)
+    # SIGINT and SIGTERM both stop olah (its own session: nothing else would) and the sentinel.
+    # SIGINT is set explicitly: a child of a process that ignores it (a pytest-xdist worker)
+    # inherits "ignored", and Python then leaves it so.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         server = start_olah(args.cache, args.port, args.repo or DEFAULT_REPOS,
                             keep_workdir=args.keep_workdir)
@@ -281,6 +282,9 @@ def main(argv=None) -> int:
         return 1
     print(f"olah {OLAH_VERSION} serving on {server.url} (HF_ENDPOINT={server.url}); "
           f"workdir {server.workdir}", flush=True)
+    if args.ready_file:
+        ready.write(args.ready_file, {"url": server.url, "workdir": str(server.workdir),
+                                      "version": OLAH_VERSION, "pid": os.getpid()})
     try:
         if args.seconds:
             time.sleep(args.seconds)

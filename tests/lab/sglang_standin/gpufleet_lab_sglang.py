@@ -5,13 +5,19 @@ The lab has no GPU, so the sglang role's unit runs this module in the lab instea
 exactly as SGLang is:
 
     <python> -m gpufleet_lab_sglang --config /etc/sglang/<instance>.yaml [--key value | --flag ...]
+                                    [--ready-file PATH]
 
 and models, openly, what the collection depends on: the same dash-form YAML (an underscore key or
 an unknown key exits 2 naming it, as SGLang 0.5.23 does), the cache directories a real start writes
 to, a loader that opens every shard with safetensors (a bad model exits 1 naming the file),
 /health 503 while "loading" then 200, /model_info, /server_info, /generate (also streamed), an API
 key, multi-node ranks. Its speed figures come from the delay model below and say NOTHING about
-GPU performance. Contract: the project's standin contract (issue 5; used by issue 6).
+GPU performance. What it models is listed in docs/lab.md ("SGLang stand-in").
+
+`--ready-file PATH` (the lab's own option, not SGLang's; tests and benchmarks start it with
+tests/lab/ready.py): once the port listens, PATH gets `{"state": "loading", "url", "host", "port",
+"rank", "pid"}`, replaced by the same with `"state": "ready"` when /health turns 200 (never with
+GPUFLEET_STANDIN_NEVER_READY=1). Each write is a rename: a reader never sees half a document.
 
 Only the standard library plus safetensors, numpy and PyYAML (all in the lab's SGLang venv).
 
@@ -251,6 +257,37 @@ def _parse_cli(argv: list[str]) -> tuple[str | None, dict]:
             overrides[key] = value
         i += 1
     return config_file, overrides
+
+
+def _take_ready_file(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(--ready-file PATH, the other arguments): the lab's option never reaches the SGLang parser."""
+    rest: list[str] = []
+    path = None
+    args = iter(argv)
+    for arg in args:
+        if arg == "--ready-file":
+            path = next(args, None)
+            if path is None or path.startswith("--"):
+                raise ConfigError("argument --ready-file: expected one argument")
+        elif arg.startswith("--ready-file="):
+            path = arg.partition("=")[2]
+        else:
+            rest.append(arg)
+    return path, rest
+
+
+def announce(path: str | None, state: State, status: str) -> None:
+    """The ready JSON (the format of tests/lab/ready.py, which this file cannot import: it is baked
+    alone into the lab image), written to a temporary name and renamed over PATH."""
+    if not path:
+        return
+    host, port = state.config["host"], state.config["port"]
+    info = {"state": status, "host": host, "port": port, "rank": state.rank, "pid": os.getpid(),
+            "url": f"http://{'[' + host + ']' if ':' in host else host}:{port}"}
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(info, sort_keys=True) + "\n")
+    os.replace(tmp, path)
 
 
 def _read_yaml(path: str) -> dict:
@@ -761,6 +798,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         log("gpufleet lab SGLang STAND-IN (not SGLang, no GPU; its figures say nothing about GPU "
             f"performance), version {VERSION}, pid {os.getpid()}")
+        ready_file, argv = _take_ready_file(argv)
         config = load_config(argv)
         drafter = config["speculative-draft-model-path"]
         shown = {k: ("***" if k == "api-key" and v else v) for k, v in config.items()}
@@ -786,6 +824,7 @@ def main(argv: list[str] | None = None) -> int:
                          name="http", daemon=True).start()
         log(f"listening on http://{config['host']}:{config['port']} (rank {state.rank} of "
             f"{config['nnodes']}; /health answers 503 while loading)")
+        announce(ready_file, state, "loading")
         write_caches(config)
         open_model(config["model-path"], "target", stop)
         if drafter and not stop.is_set():
@@ -796,6 +835,7 @@ def main(argv: list[str] | None = None) -> int:
             elif not stop.wait(model.load_seconds):
                 state.ready.set()
                 log("ready")
+                announce(ready_file, state, "ready")
         while not stop.wait(0.5):
             pass
         return 0

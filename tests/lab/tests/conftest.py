@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -29,6 +26,8 @@ CACHE = Path(os.environ.get("GPUFLEET_LAB_CACHE", os.path.expanduser("~/.cache/g
 if str(LAB_DIR) not in sys.path:
     sys.path.insert(0, str(LAB_DIR))
 
+import ready  # noqa: E402  (tests/lab/ready.py)
+
 # huggingface_hub reads these at import time: no stored or ambient token may leak into the
 # tests (an unknown token is a 401 on the lab Hub, as on the real one), no telemetry, no Xet.
 _HF_HOME = tempfile.mkdtemp(prefix="gflab-hf-home-")
@@ -39,7 +38,6 @@ os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ["HF_HUB_DISABLE_XET"] = "1"
 os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
 
-HUB_START_TIMEOUT = 30.0
 HUB_STOP_TIMEOUT = 10.0
 
 
@@ -94,57 +92,19 @@ class HubClient:
         return self.store / "blobs" / sha256
 
 
-def _read_ready_line(proc: subprocess.Popen, timeout: float) -> dict:
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + timeout
-    buf = b""
-    try:
-        while b"\n" not in buf:
-            left = deadline - time.monotonic()
-            if left <= 0 or proc.poll() is not None:
-                break
-            if sel.select(timeout=min(left, 0.5)):
-                chunk = os.read(proc.stdout.fileno(), 4096)
-                if not chunk:
-                    break
-                buf += chunk
-    finally:
-        sel.close()
-    line = buf.split(b"\n", 1)[0]
-    try:
-        return json.loads(line)
-    except ValueError:
-        raise RuntimeError(f"lab Hub did not report ready within {timeout}s (exit {proc.poll()}): "
-                           f"{buf[:500]!r}") from None
-
-
 def start_hub_process(store: Path, log_file: Path, tokens: Path | None = None, extra=()):
-    """Run server.py exactly as labctl does, on free loopback ports; returns (proc, ready)."""
+    """Run server.py exactly as labctl does, on free loopback ports; returns (proc, ready JSON)."""
     cmd = [sys.executable, str(HUB_SERVER), "--store", str(store), "--api", "127.0.0.1:0",
            "--cdn", "127.0.0.2:0", "--log", str(log_file), *extra]
     if tokens is not None:
         cmd += ["--tokens", str(tokens)]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=None)
-    try:
-        ready = _read_ready_line(proc, HUB_START_TIMEOUT)
-    except RuntimeError:
-        stop_hub_process(proc)
-        raise
-    return proc, ready
+    # One ready file per start: a test may run a second Hub beside the session's.
+    ready_file = Path(tempfile.mkdtemp(prefix="gflab-hub-", dir=log_file.parent)) / "ready.json"
+    return ready.start(cmd, ready_file=ready_file, what="the lab Hub")
 
 
 def stop_hub_process(proc: subprocess.Popen) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=HUB_STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=HUB_STOP_TIMEOUT)
-    if proc.stdout:
-        proc.stdout.close()
-    return proc.returncode
+    return ready.stop(proc, timeout=HUB_STOP_TIMEOUT)
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,7 @@ sys.path.insert(0, str(STANDIN.parent))
 import gpufleet_lab_sglang as standin  # noqa: E402
 
 import fixtures  # noqa: E402  (tests/lab on sys.path via conftest)
+import ready  # noqa: E402
 
 START_DEADLINE = 60.0  # seconds: loading the fixtures takes well under 2 s here
 EXIT_DEADLINE = 30.0
@@ -85,10 +86,10 @@ class Standin:
                 full_env[key] = value
         self.env = full_env
         self.log_file = self.dir / "stderr.log"
-        with open(self.log_file, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(STANDIN), "--config", str(self.config_file), *argv],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=full_env)
+        self.ready_file = self.dir / "ready.json"
+        self.proc = ready.spawn([sys.executable, STANDIN, "--config", self.config_file, *argv],
+                                ready_file=self.ready_file, log=self.log_file,
+                                stdout=subprocess.DEVNULL, env=full_env)
 
     @property
     def log(self) -> str:
@@ -115,24 +116,25 @@ class Standin:
     def generate(self, body, headers=None):
         return self.request("POST", "/generate", body=body, headers=headers)[:2]
 
+    def wait_for(self, until=None) -> dict:
+        """The stand-in's ready file once it is there (and ``until(info)`` holds); fails if it exits."""
+        return ready.wait(self.proc, self.ready_file, what="the stand-in", until=until,
+                          timeout=START_DEADLINE, log=self.log_file)
+
+    def wait_log(self, predicate) -> None:
+        """Until ``predicate(log text)`` holds; fails if the stand-in exits first."""
+        ready.wait_until(lambda: predicate(self.log), alive=self.proc, what="the stand-in",
+                         timeout=START_DEADLINE, log=self.log_file)
+
     def first_answer(self, path="/health") -> int:
         """Status of the first answer once the port listens (the process must stay alive)."""
-        deadline = time.monotonic() + START_DEADLINE
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"stand-in exited {self.proc.returncode}:\n{self.log}"
-            try:
-                return self.get(path)[0]
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.05)
-        raise AssertionError(f"stand-in did not listen within {START_DEADLINE}s:\n{self.log}")
+        self.wait_for()
+        return self.get(path)[0]
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + START_DEADLINE
-        while time.monotonic() < deadline:
-            if self.first_answer() == 200:
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"stand-in not ready within {START_DEADLINE}s:\n{self.log}")
+        """Until /health answers 200 (the ready file says "ready" from that moment on)."""
+        self.wait_for(lambda info: info["state"] == "ready")
+        assert self.get("/health")[0] == 200
 
     def wait_exit(self) -> int:
         try:
@@ -345,10 +347,7 @@ def test_api_key(start, models):
 
 def test_never_ready_knob(start, models):
     s = start({"model-path": str(models["target"])}, env={"GPUFLEET_STANDIN_NEVER_READY": "1"})
-    deadline = time.monotonic() + START_DEADLINE
-    while "never ready" not in s.log.lower() and "NEVER_READY=1" not in s.log:
-        assert time.monotonic() < deadline and s.proc.poll() is None, s.log
-        time.sleep(0.05)
+    s.wait_log(lambda log: "never ready" in log.lower() or "NEVER_READY=1" in log)
     assert "opened target" in s.log  # the model was read; it just never turns ready
     assert s.get("/health")[0] == 503
     assert s.generate({"text": "x"})[0] == 503
@@ -476,10 +475,8 @@ def test_rank_1_health_only(start, models):
     assert s.first_answer() == 200  # unconditionally, even while "loading"
     assert s.generate({"text": "x"}) == (503, {"error": "not rank 0"})
     assert s.get("/model_info") == (503, {"error": "not rank 0"})
-    deadline = time.monotonic() + START_DEADLINE
-    while "opened target" not in s.log:  # ranks > 0 open the model too
-        assert time.monotonic() < deadline and s.proc.poll() is None, s.log
-        time.sleep(0.05)
+    s.wait_log(lambda log: "opened target" in log)  # ranks > 0 open the model too
+    assert s.proc.poll() is None, s.log
     assert s.stop() == 0
 
 

@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 
 import pytest
 
+from ansible_collections.gpufleet.llm.tests.unit.plugins import lab_ready
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
@@ -74,21 +73,6 @@ class LabHub(object):
 
     def blob_path(self, entry):
         return os.path.join(self.store, "blobs", entry["lfs"]["sha256"])
-
-
-def _ready(proc, timeout=30.0):
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + timeout
-    buf = b""
-    while b"\n" not in buf and time.monotonic() < deadline and proc.poll() is None:
-        if sel.select(timeout=0.5):
-            chunk = os.read(proc.stdout.fileno(), 4096)
-            if not chunk:
-                break
-            buf += chunk
-    sel.close()
-    return json.loads(buf.split(b"\n", 1)[0])
 
 
 _RUN_ENV = "GPUFLEET_UNITS_LAB_RUN"
@@ -145,26 +129,20 @@ def lab_store():
 
 @pytest.fixture(scope="session")
 def lab_hub_server(lab_store):
+    ready = lab_ready.load()
     store = lab_store
     cmd = [sys.executable, SERVER, "--store", store, "--api", "127.0.0.1:0", "--cdn", "127.0.0.2:0",
            "--tokens", os.path.join(store, "tokens.json")]
-    # The server must end with the (forked) test process that started it, teardown or not.
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # pylint: disable=consider-using-with,subprocess-popen-preexec-fn
-                            preexec_fn=_parent_death_signal(signal.SIGTERM))
+    # One ready file per (forked) test process: each starts its own Hub (see lab_store).
+    ready_file = os.path.join(os.path.dirname(store), "hub-ready-%d.json" % os.getpid())
     try:
-        ready = _ready(proc)
-    except ValueError:
-        proc.kill()
-        proc.wait()
-        pytest.fail("the lab Hub did not start")
-    yield LabHub(ready["api"], ready["cdn"], store, proc)
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    proc.stdout.close()
+        # The server must end with the (forked) test process that started it, teardown or not.
+        proc, info = ready.start(cmd, ready_file=ready_file, what="the lab Hub",
+                                 preexec_fn=_parent_death_signal(signal.SIGTERM))
+    except ready.NotReady as exc:
+        pytest.fail("the lab Hub did not start: %s" % exc)
+    yield LabHub(info["api"], info["cdn"], store, proc)
+    ready.stop(proc)
 
 
 @pytest.fixture

@@ -9,7 +9,9 @@ It runs as a subprocess with this interpreter (``sys.executable``: the units ven
 numpy and PyYAML), on a free loopback port, with its caches ($HOME, HF modules, triton, inductor)
 in the test's temp dir, its log in a file there, and a parent-death signal (conftest's
 ``die_with_parent``) so that no server outlives the forked test that started it: ansible-test
-units forks each test, so fixture teardown is not guaranteed to run.
+units forks each test, so fixture teardown is not guaranteed to run. It is started and waited for
+with tests/lab/ready.py (lab_ready.py): its ``--ready-file`` says "loading" once it listens and
+"ready" once /health answers 200.
 
 Usage (``die_with_parent`` and ``golden`` are fixtures of tests/unit/plugins/conftest.py)::
 
@@ -27,13 +29,11 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 
 import pytest
+
+from ansible_collections.gpufleet.llm.tests.unit.plugins import lab_ready
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 STANDIN = os.path.join(ROOT, "tests", "lab", "sglang_standin", "gpufleet_lab_sglang.py")
@@ -71,9 +71,10 @@ def write_config(path, options):
 
 
 class Standin(object):
-    def __init__(self, proc, url, port, config, log_path, options):
+    def __init__(self, proc, url, port, config, log_path, options, ready_file):
         self.proc, self.url, self.port = proc, url, port
         self.config, self.log_path, self.options = config, log_path, options
+        self.ready_file = ready_file
 
     def log(self):
         try:
@@ -82,49 +83,25 @@ class Standin(object):
         except OSError:
             return ""
 
-    def _get(self, path, timeout=5.0):
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:  # nosec B310 - loopback test URL
-                return resp.status
-        except urllib.error.HTTPError as exc:
-            exc.close()
-            return exc.code
-
     def wait_answering(self, timeout=60.0):
-        """Until the server answers HTTP at all (503 while 'loading' counts); fails if it exits."""
-        return self._wait(lambda status: status is not None, timeout, "answer HTTP")
+        """Until the server answers HTTP at all (its ready file says "loading" or "ready")."""
+        return self._wait(None, timeout)
 
     def wait_ready(self, timeout=60.0):
-        """Until /health answers 200."""
-        return self._wait(lambda status: status == 200, timeout, "answer /health with 200")
+        """Until /health answers 200 (its ready file says "ready" from that moment on)."""
+        return self._wait(lambda info: info["state"] == "ready", timeout)
 
-    def _wait(self, done, timeout, what):
-        deadline = time.monotonic() + timeout
-        status = None
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail("the SGLang stand-in exited (%s) before it would %s; its log:\n%s"
-                            % (self.proc.returncode, what, self.log()[-3000:]))
-            try:
-                status = self._get("/health", timeout=2.0)
-            except (urllib.error.URLError, OSError):
-                status = None
-            if done(status):
-                return status
-            time.sleep(0.05)
-        pytest.fail("the SGLang stand-in did not %s within %ss (last /health: %s); its log:\n%s"
-                    % (what, timeout, status, self.log()[-3000:]))
+    def _wait(self, until, timeout):
+        ready = lab_ready.load()
+        try:
+            return ready.wait(self.proc, self.ready_file, what="the SGLang stand-in", until=until, timeout=timeout,
+                              log=self.log_path)
+        except ready.NotReady as exc:
+            pytest.fail(str(exc))
         return None  # not reached
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return lab_ready.load().stop(self.proc)
 
 
 def start(workdir, model_path, die_with_parent, drafter=None, speculative=None, api_key=None, env=None,
@@ -164,11 +141,10 @@ def start(workdir, model_path, die_with_parent, drafter=None, speculative=None, 
         "TORCHINDUCTOR_CACHE_DIR": os.path.join(home, "inductor"),
         "PYTHONUNBUFFERED": "1",
     })
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(  # pylint: disable=consider-using-with,subprocess-popen-preexec-fn
-            [sys.executable, STANDIN, "--config", config], stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, cwd=base, env=child_env, preexec_fn=die_with_parent(signal.SIGTERM))
-    server = Standin(proc, "http://127.0.0.1:%d" % port, port, config, log_path, cfg)
+    ready_file = os.path.join(base, "ready.json")
+    proc = lab_ready.load().spawn([sys.executable, STANDIN, "--config", config], ready_file=ready_file, log=log_path,
+                                  cwd=base, env=child_env, preexec_fn=die_with_parent(signal.SIGTERM))
+    server = Standin(proc, "http://127.0.0.1:%d" % port, port, config, log_path, cfg, ready_file)
     try:
         if wait == "answering":
             server.wait_answering()
