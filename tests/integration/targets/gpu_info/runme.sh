@@ -4,12 +4,10 @@
 # Kimi-K2.6-sized model (index total_size 589 GB + a 6.5 GB sparse drafter shard) pass on 8x B300 in
 # check mode and for real (changed=0), fail on 8x H100 naming the numbers; no nvidia-smi fails
 # clearly, or reports gpu_count=0 with require_gpu=false. Standard library only on the host.
-set -euo pipefail
 # shellcheck source=../setup_lab/lab.sh
 . "$(dirname "$0")/../setup_lab/lab.sh"
 PLAY_ARGS+=(-e "itest_root=/srv/itest-gpu_info")
-cleanup() { ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml >/dev/null || true; }
-trap cleanup EXIT
+at_exit cleanup_play
 
 ansible-playbook "${PLAY_ARGS[@]}" setup.yml >/dev/null
 

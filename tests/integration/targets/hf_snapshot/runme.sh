@@ -5,7 +5,6 @@
 # model_verify) on v1.0, a main that fails verification (current stays at v1.0), the entry-order
 # check, main, main again and in check mode (changed=0), and a throttled fetch whose captured play
 # output must show progress lines.
-set -euo pipefail
 # shellcheck source=../setup_lab/lab.sh
 . "$(dirname "$0")/../setup_lab/lab.sh"
 # one tree per run: two runs of this target (parallel build dirs) must not share or remove each other's
@@ -16,24 +15,18 @@ STORE=$LAB_CACHE/fixtures
 # against a private instance of the lab Hub (tests/lab/hub/server.py, the same fixture store) on
 # the controller's bridge address: the shared lab Hub (10.231.0.2) serves other tests and
 # benchmarks at the same time, and its config, fault rules and log are global to it.
-HUB_PIDFILE=$(mktemp)
-common=()
-cleanup() {
-    if [ ${#common[@]} -gt 0 ]; then ansible-playbook "${common[@]}" cleanup.yml >/dev/null || true; fi
-    if [ -s "$HUB_PIDFILE" ]; then kill "$(cat "$HUB_PIDFILE")" 2>/dev/null || true; fi
-    rm -f "$HUB_PIDFILE"
-}
-trap cleanup EXIT
-HUB=$(python3 "$(dirname "$0")/private_hub.py" "$(dirname "$INVENTORY")/lab.json" "$STORE" "$HUB_PIDFILE")
+HUB_PIDFILE=$LAB_TMP/hub.pid
+stop_private_hub() { if [ -s "$HUB_PIDFILE" ]; then kill "$(cat "$HUB_PIDFILE")" 2>/dev/null || true; fi; }
+at_exit stop_private_hub
+HUB=$(python3 private_hub.py "$(dirname "$INVENTORY")/lab.json" "$STORE" "$HUB_PIDFILE")
 echo "private lab Hub: $HUB"
-common=(-i "$INVENTORY" -e "itest_root=$ROOT" -e "fixture_store=$STORE" -e "lab_hub_endpoint=$HUB")
-# shellcheck disable=SC2034  # read by play() in setup_lab/lab.sh
-PLAY_ARGS=("${common[@]}")
+PLAY_ARGS+=(-e "itest_root=$ROOT" -e "fixture_store=$STORE" -e "lab_hub_endpoint=$HUB")
+at_exit cleanup_play
 
 # The modules run with the tools venv's Python: make sure it is there (idempotent, from the wheelhouse).
-ansible-playbook "${common[@]}" tools.yml -e "model_tools_wheelhouse=$WHEELHOUSE"
-ansible-playbook "${common[@]}" cleanup.yml
-ansible-playbook "${common[@]}" module.yml
+ansible-playbook "${PLAY_ARGS[@]}" tools.yml -e "model_tools_wheelhouse=$WHEELHOUSE"
+ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml
+ansible-playbook "${PLAY_ARGS[@]}" module.yml
 
 # role: v1.0, then main (only the changed files travel, current switches), then main again (no change)
 role() {
@@ -43,16 +36,16 @@ role() {
 role some --check -e revision=v1.0 -e phase=check
 role some -e revision=v1.0 -e phase=v1
 # current switches only after verify: main fetched but failing verification leaves current at v1.0
-ansible-playbook "${common[@]}" gate.yml -e gate_case=expect
-ansible-playbook "${common[@]}" gate.yml -e gate_case=stray
+ansible-playbook "${PLAY_ARGS[@]}" gate.yml -e gate_case=expect
+ansible-playbook "${PLAY_ARGS[@]}" gate.yml -e gate_case=stray
 # a drafter listed before its target fails before anything is fetched
-ansible-playbook "${common[@]}" order.yml
+ansible-playbook "${PLAY_ARGS[@]}" order.yml
 role some -e revision=main -e phase=main
 role 0 -e revision=main -e phase=again
 role 0 --check -e revision=main -e phase=again
 
 # throttled fetch through the role: the play output must show bytes, rate and ETA while it runs
-out=$(ansible-playbook "${common[@]}" role.yml -e revision=main -e phase=throttled -e models_dir=throttled \
+out=$(ansible-playbook "${PLAY_ARGS[@]}" role.yml -e revision=main -e phase=throttled -e models_dir=throttled \
       -e model_progress_interval=3 2>&1) || { echo "$out"; exit 1; }
 printf '%s' "$out" | python3 -c '
 import re, sys
@@ -65,4 +58,4 @@ assert all(re.search(r"MiB / .*MiB \(\d+%\), .*/s, ETA", l) for l in lines), lin
 
 # faults: every 10th resolve and CDN request fails (5xx, 429 + Retry-After, resets, truncated bodies)
 # and signed URLs expire mid-fetch -> complete and exact
-ansible-playbook "${common[@]}" faults.yml
+ansible-playbook "${PLAY_ARGS[@]}" faults.yml

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The model role's install stage against the lab hosts (make lab-up), community.docker's pattern:
 # check mode, for real, both again; the play recap's changed counts are asserted each time.
-set -euo pipefail
 # shellcheck source=../setup_lab/lab.sh
 . "$(dirname "$0")/../setup_lab/lab.sh"
 VENV=/opt/gpufleet/tools-itest

@@ -1,9 +1,23 @@
 # shellcheck shell=bash
-# Sourced by the integration targets that drive the lab hosts (make lab-up) from the controller.
+# Sourced first thing by every integration target that drives the lab hosts (make lab-up) from the
+# controller; what each runme.sh would otherwise repeat lives here:
+#   - strict mode (set -euo pipefail) and the working directory: the target's own (TARGET_DIR);
+#   - the lab's paths: INVENTORY, WHEELHOUSE, LAB_CACHE, LAB_DIR (tests/lab), and a fail-fast when the
+#     lab is not there; ANSIBLE_HOST_KEY_CHECKING=False, ANSIBLE_PIPELINING=True;
+#   - LAB_TMP: a private temp directory, removed at exit;
+#   - at_exit CMD ARGS...: cleanups run at exit, last registered first, whatever the exit status
+#     (`at_exit cleanup_play` runs the target's cleanup.yml with PLAY_ARGS as they are then);
+#   - PLAY_ARGS (-i INVENTORY, then the target's own -e ...), play EXPECT BOOK ARGS... (recap
+#     asserted, the string given to forbid_in_output never in the output) and assert_recap.
 #
 # ansible-test passes only a few environment variables through; `make integration` writes the lab's
 # paths next to the targets instead (tests/integration/lab.env, never committed).
-LAB_ENV=$(dirname "${BASH_SOURCE[0]}")/../../lab.env
+set -euo pipefail
+# Both directories absolute before the cd: a relative $0 or BASH_SOURCE would not survive it.
+SETUP_LAB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TARGET_DIR=$(cd "$(dirname "$0")" && pwd)
+cd "$TARGET_DIR"
+LAB_ENV=$SETUP_LAB_DIR/../../lab.env
 # shellcheck source=/dev/null
 [ -f "$LAB_ENV" ] && . "$LAB_ENV"
 INVENTORY=${GPUFLEET_LAB_INVENTORY:-$HOME/.cache/gpufleet-lab/run/inventory.ini}
@@ -13,7 +27,7 @@ LAB_CACHE=$(cd "$(dirname "$INVENTORY")/.." 2>/dev/null && pwd || echo "$HOME/.c
 # The lab's own files (tests/lab: prepare-hosts.yml, the stand-in nvidia-smi, demo vars): beside
 # the targets in a checkout; under ansible-test (a copy without tests/lab, and no lab.env) through
 # the link `make integration` leaves in the cache.
-LAB_DIR=${GPUFLEET_LAB_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../../lab" 2>/dev/null && pwd || echo "")}
+LAB_DIR=${GPUFLEET_LAB_DIR:-$(cd "$SETUP_LAB_DIR/../../../lab" 2>/dev/null && pwd || echo "")}
 if [ ! -f "$LAB_DIR/prepare-hosts.yml" ] && [ -f "$LAB_CACHE/run/lab-dir/prepare-hosts.yml" ]; then
     LAB_DIR=$(cd "$LAB_CACHE/run/lab-dir" && pwd -P)
 fi
@@ -28,12 +42,32 @@ fi
 export ANSIBLE_HOST_KEY_CHECKING=False
 # The lab logs in as root over ssh without requiretty: pipelining saves a round trip per task.
 export ANSIBLE_PIPELINING=True
-export INVENTORY WHEELHOUSE LAB_CACHE LAB_DIR
+export INVENTORY WHEELHOUSE LAB_CACHE LAB_DIR TARGET_DIR
 
-# Common ansible-playbook arguments of a target (set by the target before calling play).
+# Common ansible-playbook arguments of a target (it adds its own -e ... after sourcing).
 PLAY_ARGS=(-i "$INVENTORY")
-# A string that must never appear in any play's output (a test secret), if the target sets one.
+# A string that must never appear in any play's output (a test secret), if the target sets one
+# with forbid_in_output SECRET.
 PLAY_FORBIDDEN=${PLAY_FORBIDDEN:-}
+forbid_in_output() { PLAY_FORBIDDEN=$1; }
+
+# at_exit CMD ARGS...: run CMD ARGS at exit (last registered first); a failing cleanup is reported
+# by its own output and never changes the target's exit status.
+LAB_AT_EXIT=()
+at_exit() { LAB_AT_EXIT+=("$(printf '%q ' "$@")"); }
+lab_run_at_exit() {
+    local i
+    for ((i = ${#LAB_AT_EXIT[@]} - 1; i >= 0; i--)); do
+        eval "${LAB_AT_EXIT[i]}" || true
+    done
+}
+trap lab_run_at_exit EXIT
+
+LAB_TMP=$(mktemp -d)
+at_exit rm -rf "$LAB_TMP"
+
+# cleanup_play [ARGS...]: the target's cleanup.yml with the current PLAY_ARGS, quietly; never fails.
+cleanup_play() { ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml "$@" >/dev/null || true; }
 
 # assert_recap EXPECT LABEL < output: every lab host's recap shows changed "0" or "some", no failure.
 assert_recap() {

@@ -8,24 +8,19 @@
 #   3. a baseline workload failing midway (request_timeout the baseline's requests outlast):
 #      the play fails, the server is restored, the report says why;
 #   4. the play killed during the baseline: the systemd-run timer restores the server.
-set -euo pipefail
-export PLAY_FORBIDDEN=itest-bench-api-key-NOT-a-secret  # play() fails if the API key shows up
 # shellcheck source=../setup_lab/lab.sh
 . "$(dirname "$0")/../setup_lab/lab.sh"
-HERE=$(cd "$(dirname "$0")" && pwd)
+forbid_in_output itest-bench-api-key-NOT-a-secret
 # The lab's vars for the sglang role on the stand-in (launch module, SGLang venv, lab nvidia-smi).
 ROLE_VARS=${GPUFLEET_SGLANG_ROLE_VARS:-$LAB_DIR/demo-vars.yml}
 # The report is written by the controller's Python; it needs matplotlib (the lab venv has it).
 REPORT_PY=${GPUFLEET_REPORT_PYTHON:-$LAB_CACHE/venv/bin/python}
-REPORTS=$(mktemp -d)
+REPORTS=$LAB_TMP/reports
+mkdir "$REPORTS"
 DROPIN=/run/systemd/system/sglang-itest-bench.service.d/50-gpufleet-bench-baseline.conf
-PLAY_ARGS+=(-e "@$ROLE_VARS" -e "@$HERE/vars.yml" -e gpufleet_hosts=gpu1 -e "model_tools_wheelhouse=$WHEELHOUSE"
+PLAY_ARGS+=(-e "@$ROLE_VARS" -e "@$TARGET_DIR/vars.yml" -e gpufleet_hosts=gpu1 -e "model_tools_wheelhouse=$WHEELHOUSE"
             -e "sglang_bench_report_python=$REPORT_PY")
-cleanup() {
-    ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml >/dev/null || true
-    rm -rf "$REPORTS"
-}
-trap cleanup EXIT
+at_exit cleanup_play
 
 invocation() {  # the server's systemd InvocationID: changes with every (re)start
     ansible -i "$INVENTORY" gpu1 -o -m ansible.builtin.command -a "systemctl show -p InvocationID --value sglang-itest-bench.service" \

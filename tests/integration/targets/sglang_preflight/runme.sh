@@ -3,13 +3,11 @@
 # (/opt/sglang/0.5.23/bin/python, CPU-only): the DFlash config passes in check mode and for real,
 # changed=0 each time; every broken copy fails naming its option; a missing interpreter fails
 # naming it. The module itself needs only the standard library (Ansible's /usr/bin/python3).
-set -euo pipefail
 # shellcheck source=../setup_lab/lab.sh
-export PLAY_FORBIDDEN=sk-itest-NOT-A-SECRET  # play() in setup_lab/lab.sh fails if it appears
 . "$(dirname "$0")/../setup_lab/lab.sh"
+forbid_in_output sk-itest-NOT-A-SECRET
 PLAY_ARGS+=(-e "itest_root=/srv/itest-sglang_preflight")
-cleanup() { ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml >/dev/null || true; }
-trap cleanup EXIT
+at_exit cleanup_play
 
 ansible-playbook "${PLAY_ARGS[@]}" setup.yml >/dev/null
 

@@ -4,16 +4,13 @@
 # here) started by the real unit the role writes, under its real sandbox; nvidia-smi is a stand-in
 # too (canned 8x H200 output). Everything else is real: systemd, the fixture models from the lab Hub,
 # model_verify, SGLang 0.5.23's own argument parser in the preflight.
-set -euo pipefail
 # shellcheck source=../setup_lab/lab.sh
 . "$(dirname "$0")/../setup_lab/lab.sh"
-cd "$(dirname "$0")"
 KEY=itest-sglang-key-5c1e0d7a      # vars.yml; a test value
 PLAY_ARGS+=(-e "@vars.yml" -e "model_tools_wheelhouse=$WHEELHOUSE")
-export PLAY_FORBIDDEN=$KEY
-cleanup() { ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml >/dev/null || true; rm -f "$MN_INV"; }
-MN_INV=$(mktemp)
-trap cleanup EXIT
+forbid_in_output "$KEY"
+MN_INV=$LAB_TMP/multinode.ini
+at_exit cleanup_play
 
 # state: "host pid start-epoch restarts sha(config+env+unit)" per host, sorted.
 # shellcheck disable=SC2016  # expanded on the host, not here
@@ -42,7 +39,7 @@ must_fail() {
     if grep -qF -- "$KEY" "$out"; then echo "the API key leaked into the output of $*" >&2; exit 1; fi
 }
 expect_in() { grep -qE -- "$2" "$1" || { sed -n '/fatal\|FAILED\|msg/p' "$1" | tail -20; echo "expected /$2/ in the output" >&2; exit 1; }; }
-OUT=$(mktemp)
+OUT=$LAB_TMP/out
 
 ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml >/dev/null
 ansible-playbook -i "$INVENTORY" "$LAB_DIR/prepare-hosts.yml" >/dev/null
