@@ -6,7 +6,7 @@ export GPUFLEET_LAB_CACHE LAB_HOSTS
 
 STAGES := bash tests/stages.sh
 
-.PHONY: help demo test setup lint build sanity units lab-tests integration lab-up lab-down lab-status bench clean
+.PHONY: help demo test setup lint build ee sanity units lab-tests integration lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      bring up the lab and run the collection against it"
@@ -28,6 +28,9 @@ lint:
 
 build:
 	@$(STAGES) build
+
+ee:
+	@$(STAGES) ee
 
 sanity:
 	@$(STAGES) sanity

@@ -59,9 +59,21 @@ do_apt() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# requirement_files FILE: FILE and every file it pulls in with -r, recursively, each once.
+requirement_files() {
+    local file=$1 inc
+    file=$(realpath "$file")
+    echo "$file"
+    while read -r inc; do
+        requirement_files "$(dirname "$file")/$inc"
+    done < <(sed -n 's/^-r[[:space:]]*//p' "$file")
+}
+
 do_venv() {
     local stamp=$VENV/.requirements.sha256 want
-    want=$(cat "$ROOT"/requirements/test.txt "$ROOT"/requirements/controller.txt "$ROOT"/roles/model/files/tools-requirements.txt | sha256sum | cut -d' ' -f1)
+    # Every file pip reads for the venv: a new -r include changes the stamp, so a fresh or stale
+    # venv always gets it.
+    want=$(requirement_files "$ROOT/requirements/test.txt" | awk '!seen[$0]++' | xargs cat | sha256sum | cut -d' ' -f1)
     if [ -x "$PY" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then log "venv: up to date"; else
         [ -x "$PY" ] || python3 -m venv "$VENV"
         "$VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/requirements/test.txt"
@@ -112,6 +124,43 @@ do_build() {
     mkdir -p "$CACHE/dist"
     (cd "$ROOT" && PATH=$VENV/bin:$PATH ansible-galaxy collection build --force --output-path "$CACHE/dist")
     ls -l "$CACHE"/dist/gpufleet-llm-*.tar.gz
+}
+
+# The collection in an execution environment (docs/awx.md), as far as it goes without a container
+# engine: the built tarball installed the way an image build installs it; ansible-builder's
+# introspection finds the controller-side requirements through meta/execution-environment.yml; and
+# `ansible-builder create` turns that definition, and the image definition docs/awx.md shows, into
+# build contexts.
+do_ee() {
+    local ee=$CACHE/ee coll line
+    rm -rf "$ee"
+    mkdir -p "$ee/dist" "$ee/image"
+    (cd "$ROOT" && "$VENV/bin/ansible-galaxy" collection build --output-path "$ee/dist" >/dev/null)
+    ANSIBLE_COLLECTIONS_PATH=$ee/collections "$VENV/bin/ansible-galaxy" collection install --offline -p "$ee/collections" \
+        "$ee"/dist/gpufleet-llm-*.tar.gz >/dev/null
+    coll=$ee/collections/ansible_collections/gpufleet/llm
+    "$VENV/bin/ansible-builder" introspect --sanitize --write-pip "$ee/requirements.txt" \
+        --write-bindep "$ee/bindep.txt" "$ee/collections" >/dev/null
+    # The collection names its files relative to its root (as introspection reads them), while
+    # `create` resolves them relative to the definition file: so it reads the definition from there.
+    cp "$coll/meta/execution-environment.yml" "$coll/execution-environment.yml"
+    "$VENV/bin/ansible-builder" create -f "$coll/execution-environment.yml" --context "$ee/context-collection" >/dev/null
+    for line in "$ee/requirements.txt:matplotlib>=" "$ee/requirements.txt:jmespath>=" "$ee/bindep.txt:openssh-client" \
+                "$ee/context-collection/_build/requirements.txt:matplotlib>=" \
+                "$ee/context-collection/_build/bindep.txt:openssh-client"; do
+        grep -q "^${line#*:}" "${line%%:*}" || { log "ee: no '${line#*:}' in ${line%%:*}"; return 1; }
+    done
+    "$PY" - "$ROOT/docs/awx.md" > "$ee/image/execution-environment.yml" <<'PY'
+import re, sys
+text = open(sys.argv[1], encoding="utf-8").read()
+block = re.search(r"<!-- ee-image-definition[^>]*-->\s*```yaml\n(.*?)```", text, re.S)
+if not block:
+    sys.exit("docs/awx.md: no image definition after <!-- ee-image-definition -->")
+print(block.group(1), end="")
+PY
+    "$VENV/bin/ansible-builder" create -f "$ee/image/execution-environment.yml" --context "$ee/context-image" >/dev/null
+    log "ee: introspected $(grep -v '^#' "$ee/requirements.txt" | cut -d' ' -f1 | tr '\n' ' ')+ $(grep -cv '^#' "$ee/bindep.txt")" \
+        "bindep lines; build contexts in $ee/context-collection and $ee/context-image (podman or docker builds them)"
 }
 
 do_sanity() {
@@ -195,6 +244,7 @@ run_test() {
     stage lab-down do_lab_down          # make test always starts from a fresh lab
     stage lint do_lint || failed=1
     stage build do_build || failed=1
+    stage ee do_ee || failed=1
     stage sanity do_sanity || failed=1
     stage units do_units || failed=1
     stage lab-local do_lab_local || failed=1
@@ -247,7 +297,7 @@ run_demo() {
     log "  $PY tests/lab/labctl.py status | exec gpu1 -- CMD ; make lab-down removes it."
 }
 
-[ $# -gt 0 ] || { log "usage: $0 test|demo|setup|lint|build|sanity|units|lab-local|lab-up|lab-down|lab-status|integration|bench"; exit 2; }
+[ $# -gt 0 ] || { log "usage: $0 test|demo|setup|lint|build|ee|sanity|units|lab-local|lab-up|lab-down|lab-status|integration|bench"; exit 2; }
 for what in "$@"; do
     case $what in
         test) run_test ;;
@@ -255,6 +305,7 @@ for what in "$@"; do
         setup) setup; summary ;;
         lint) stage lint do_lint ;;
         build) stage build do_build ;;
+        ee) stage ee do_ee ;;
         sanity) stage sanity do_sanity ;;
         units) stage units do_units ;;
         lab-local) stage lab-local do_lab_local ;;

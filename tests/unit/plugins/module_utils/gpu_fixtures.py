@@ -5,10 +5,12 @@
 
 The outputs below are NOT recordings from real hosts. They are written in the exact format of
 ``nvidia-smi --query-gpu=index,name,memory.total,memory.used,compute_cap,driver_version,uuid
---format=csv,noheader,nounits`` (MiB, ", " separated), with figures from SEED-FACTS.md (8x B300,
-275 GB class, sm_103, CUDA 13 driver) and NVIDIA's published sizes (H200 141 GB -> 143771 MiB,
-H100 80 GB -> 81559 MiB as nvidia-smi shows them). ``write_fake`` puts an executable script on disk
-that prints one of them, and fails like the real tool when asked anything else.
+--format=csv,noheader,nounits`` (MiB, ", " separated), with NVIDIA's published figures: 8x B300
+(288 GB HBM3e per GPU in NVIDIA's B300 specification, here 275040 MiB; compute capability 10.3,
+i.e. sm_103, in NVIDIA's CUDA GPU table at developer.nvidia.com/cuda-gpus; an R580 driver, the
+CUDA 13 branch), H200 141 GB -> 143771 MiB, H100 80 GB -> 81559 MiB as nvidia-smi shows them.
+``write_fake`` puts an executable script on disk that prints one of them, and fails like the real
+tool when asked anything else.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import stat
 from ansible_collections.gpufleet.llm.plugins.module_utils import _gpu
 
 GB = 1000 ** 3
-KIMI_BYTES = 589 * GB           # Kimi K2.6 weights (SEED-FACTS.md)
+KIMI_BYTES = 589 * GB           # Kimi K2.6: its 64 safetensors shards on the Hub (moonshotai/Kimi-K2.6)
 DFLASH_BYTES = int(6.5 * GB)    # its DFlash drafter
 
 
