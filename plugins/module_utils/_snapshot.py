@@ -245,7 +245,7 @@ class Run(object):
                 if not _staging.link_from_source(item, self.staging, self.dest):
                     item.action = "fetch"
 
-    def _transfer(self, fetching: Sequence[_plan.Item], progress: Progress) -> _transfer.Transfer:
+    def _new_transfer(self, fetching: Sequence[_plan.Item], progress: Progress) -> _transfer.Transfer:
         s = self.settings
         source = _transfer.HubSource(
             endpoint=s.endpoint_url, repo_id=s.repo_id, repo_type=s.repo_type, commit=self.commit, token=self.token,
@@ -266,7 +266,7 @@ class Run(object):
                             items=list(_plan.unique_fetches(fetching).values()))
         bytes_before = progress.bytes_done() if progress.items else 0
         progress.write()
-        failed = self._transfer(fetching, progress).run() if fetching else {}
+        failed = self._new_transfer(fetching, progress).run() if fetching else {}
         fetched_bytes = max(0, sum(it.remote.size for it in progress.items if it.stat is not None) - bytes_before)
 
         strays = _strays.scan_strays(self.dest, wanted={item.remote.path for item in items}, staging=self.staging,

@@ -62,7 +62,7 @@ def argument_spec() -> dict[str, dict[str, Any]]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:  # pylint: disable=too-many-instance-attributes
+class Settings:
     """Every option of argument_spec(), validated, plus ``endpoint_url`` (the endpoint in effect)."""
 
     repo_id: str

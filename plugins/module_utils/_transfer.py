@@ -149,7 +149,7 @@ class HubSource(object):
 
 
 @dataclasses.dataclass(frozen=True)
-class Aria2Settings:  # pylint: disable=too-many-instance-attributes
+class Aria2Settings:
     """How aria2c runs: its path, the proxy (in its input file) and its tuning (on its argv)."""
 
     aria2c: str
