@@ -30,18 +30,21 @@ import json
 import os
 import shutil
 import subprocess
+from typing import Any, Callable
+
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+# The index name is _safetensors' (it imports safetensors and numpy only inside try/except, so
+# gpu_info still runs on a host that has nothing but the standard library).
+from ansible_collections.gpufleet.llm.plugins.module_utils._safetensors import INDEX
 
 QUERY_FIELDS = ("index", "name", "memory.total", "memory.used", "compute_cap", "driver_version", "uuid")
 QUERY_ARGS = ["--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader,nounits"]
 MIB = 1024 * 1024
 GIB = 1024 ** 3
-INDEX = "model.safetensors.index.json"
 # nvidia-smi's exit code when the driver is loaded and there is no GPU ("No devices were found").
 NO_DEVICES_RC = 6
 # What nvidia-smi prints for a value a GPU or driver does not report.
 NOT_AVAILABLE = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", "")
-DEFAULT_MEM_FRACTION_STATIC = 0.9
-DEFAULT_HEADROOM_FRACTION = 0.1
 
 
 class GpuError(Exception):
@@ -182,8 +185,8 @@ def _gib(nbytes):
     return "%.1f GiB" % (nbytes / float(GIB))
 
 
-def fit(gpus, model_bytes, drafter_bytes=0, tp_size=1, nnodes=1,
-        mem_fraction_static=DEFAULT_MEM_FRACTION_STATIC, headroom_fraction=DEFAULT_HEADROOM_FRACTION):
+def fit(gpus: list[dict], model_bytes: int, drafter_bytes: int = 0, *, tp_size: int, nnodes: int,
+        mem_fraction_static: float, headroom_fraction: float) -> dict[str, Any]:
     """The memory-fit verdict for this host: a dict with ``fits``, the numbers and ``problems``.
 
     With tp_size over nnodes hosts, each host runs tp_size / nnodes ranks, one per GPU, on the
@@ -241,7 +244,7 @@ def fit(gpus, model_bytes, drafter_bytes=0, tp_size=1, nnodes=1,
     return result
 
 
-def check_fractions(mem_fraction_static, headroom_fraction):
+def check_fractions(mem_fraction_static: float, headroom_fraction: float) -> list[str]:
     """Parameter problems (list of str) for the two fractions."""
     problems = []
     if not 0 < mem_fraction_static <= 1:
@@ -258,3 +261,90 @@ def failure_message(verdict):
         head += " (needed %s per GPU, available %s per GPU)" % (
             _gib(verdict["needed_per_gpu_bytes"]), _gib(verdict["available_per_gpu_bytes"]))
     return head + ": " + "; ".join(verdict["problems"])
+
+
+# --- the module: its options, their checks, and the result it returns --------------------------------
+
+def argument_spec() -> dict[str, dict[str, Any]]:
+    """gpu_info's options, the one place their types and defaults are written."""
+    return dict(
+        nvidia_smi=dict(type="path"),
+        require_gpu=dict(type="bool", default=True),
+        model_paths=dict(type="list", elements="path"),
+        drafter_paths=dict(type="list", elements="path"),
+        tp_size=dict(type="int", default=1),
+        nnodes=dict(type="int", default=1),
+        mem_fraction_static=dict(type="float", default=0.9),
+        headroom_fraction=dict(type="float", default=0.1),
+        fail_on_problem=dict(type="bool", default=True),
+    )
+
+
+def check_params(params: dict[str, Any]) -> list[str]:
+    """Problems with the options as given (empty when fine), before anything runs."""
+    problems = check_fractions(params["mem_fraction_static"], params["headroom_fraction"])
+    if params["tp_size"] < 1 or params["nnodes"] < 1:
+        problems.append("tp_size and nnodes must be at least 1, got tp_size=%d nnodes=%d"
+                        % (params["tp_size"], params["nnodes"]))
+    if params["drafter_paths"] and not params["model_paths"]:
+        problems.append("drafter_paths needs model_paths (the target the drafter serves)")
+    return problems
+
+
+def facts(gpus: list[dict], nvidia_smi: str | None) -> dict[str, Any]:
+    """The host's GPU facts as gpu_info returns them; the summary keys are null without GPUs."""
+    return dict(
+        changed=False,
+        gpus=gpus,
+        gpu_count=len(gpus),
+        names=sorted(set(g["name"] for g in gpus if g["name"])),
+        compute_caps=sorted(set(g["compute_cap"] for g in gpus if g["compute_cap"])),
+        driver_version=gpus[0]["driver_version"] if gpus else None,
+        memory_total_mib=min((g["memory_total_mib"] for g in gpus if g["memory_total_mib"] is not None), default=None),
+        nvidia_smi=nvidia_smi,
+    )
+
+
+def model_sizes(model_paths: list[str], drafter_paths: list[str] | None) -> list[dict[str, Any]]:
+    """One entry per directory: its path, role (model or drafter), weight bytes and their source."""
+    models = []
+    for role, paths in (("model", model_paths), ("drafter", drafter_paths or [])):
+        for path in paths:
+            size, source = model_size(path)
+            models.append(dict(path=path, role=role, bytes=size, source=source))
+    return models
+
+
+def run(params: dict[str, Any], *, warn: Callable[[str], None]) -> dict[str, Any]:
+    """gpu_info from its options: the facts, and with model_paths the models and the fit verdict.
+
+    ``warn`` receives each notice as it comes (a missing nvidia-smi with require_gpu=false), so a
+    later failure still shows it. Raises ModuleFailure with the facts gathered so far.
+    """
+    problems = check_params(params)
+    if problems:
+        raise ModuleFailure("; ".join(problems))
+    try:
+        gpus, exe, notices = query(params["nvidia_smi"], require_gpu=params["require_gpu"])
+    except GpuError as exc:
+        raise ModuleFailure(str(exc), gpus=[], gpu_count=0)
+    for notice in notices:
+        warn(notice)
+    result = facts(gpus, exe)
+    if not params["model_paths"]:
+        return result
+    try:
+        models = model_sizes(params["model_paths"], params["drafter_paths"])
+    except ModelSizeError as exc:
+        raise ModuleFailure(str(exc), **result)
+    result["models"] = models
+    verdict = fit(
+        gpus,
+        model_bytes=sum(m["bytes"] for m in models if m["role"] == "model"),
+        drafter_bytes=sum(m["bytes"] for m in models if m["role"] == "drafter"),
+        tp_size=params["tp_size"], nnodes=params["nnodes"],
+        mem_fraction_static=params["mem_fraction_static"], headroom_fraction=params["headroom_fraction"])
+    result["fit"] = verdict
+    if not verdict["fits"] and params["fail_on_problem"]:
+        raise ModuleFailure(failure_message(verdict), **result)
+    return result

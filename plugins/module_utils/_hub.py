@@ -143,9 +143,15 @@ def retry_after_seconds(value, now=None):
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-class _NoRedirect(_urlrequest.HTTPRedirectHandler):
+class NoRedirect(_urlrequest.HTTPRedirectHandler):
+    """The collection's one redirect guard: a 3xx comes back to the caller as an HTTPError.
+
+    The Hub client reads the signed URL from its Location (the token never follows it); the SGLang
+    client reports it as it is, since SGLang never redirects and a 3xx means something else answers.
+    """
+
     def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None  # the 3xx comes back as an HTTPError we read Location from
+        return None
 
 
 def ssl_context(validate_certs=True, ca_path=None):
@@ -163,7 +169,7 @@ def url_opener(proxy=None, validate_certs=True, ca_path=None, follow_redirects=F
     if proxy:
         handlers.append(_urlrequest.ProxyHandler({"http": proxy, "https": proxy}))
     if not follow_redirects:
-        handlers.append(_NoRedirect())
+        handlers.append(NoRedirect())
     return _urlrequest.build_opener(*handlers)
 
 

@@ -2,8 +2,7 @@
 # Copyright (c) gpufleet.llm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""sglang_bench's logic: the prompt set, the built-in load generator, the aggregates, and
-SGLang's own ``sglang.bench_serving`` as an alternative engine.
+"""sglang_bench's logic: its options, the prompt set, the built-in load generator and the aggregates.
 
 Private to the collection: not a public API, may change without notice.
 
@@ -18,9 +17,9 @@ Standard library only, no Ansible imports (the module runs this on the GPU host)
   TTFT, and the level's accept length as total tokens / total verify steps (a mean of per-request
   ratios would weigh a 3-token request like a 300-token one), cross-checked with the server's own
   ``/server_info`` ``avg_spec_accept_length``.
-* ``bench_serving_command()`` / ``parse_bench_serving()``: run ``python -m sglang.bench_serving``
-  for one level and read its JSONL result line (keys as SGLang writes them: ``output_throughput``,
-  ``accept_length``, ``median_e2e_latency_ms``, ...) into the same level shape.
+
+SGLang's own ``sglang.bench_serving`` as the other engine is in _sglang_bench_serving; the module's
+run (engine choice, label check, the levels in turn) is in _sglang_bench_run.
 """
 
 from __future__ import annotations
@@ -29,12 +28,15 @@ import json
 import math
 import threading
 import time
+from typing import Any, Callable
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_http
 
 CATEGORIES = ("chat", "code", "math")
 ENGINES = ("builtin", "bench_serving")
 LABELS = ("spec", "baseline")
+# Seconds one request may take in all: the option's default and the load generator's.
+DEFAULT_REQUEST_TIMEOUT = 600.0
 # One line of a prompt file never needs more; a bigger one is almost certainly the wrong file.
 MAX_PROMPT_CHARS = 100000
 # How many failed requests a level result quotes (all are counted).
@@ -44,6 +46,24 @@ PERCENTILES = (50, 90, 99)
 
 class BenchError(Exception):
     """Bad input or a failed run; the message names the problem and the fix."""
+
+
+def argument_spec() -> dict[str, dict[str, Any]]:
+    """sglang_bench's options, the one place their types and defaults are written."""
+    return dict(
+        url=dict(type="str", default=_sglang_http.DEFAULT_URL),
+        api_key=dict(type="str", no_log=True),
+        prompts=dict(type="path", required=True),
+        concurrency=dict(type="list", elements="int", default=[1, 8, 32]),
+        num_requests=dict(type="int", default=32),
+        max_new_tokens=dict(type="int", default=256, no_log=False),  # a count, not a secret
+        engine=dict(type="str", choices=list(ENGINES), default="builtin"),
+        label=dict(type="str", choices=list(LABELS), default="spec"),
+        request_timeout=dict(type="float", default=DEFAULT_REQUEST_TIMEOUT),
+        python=dict(type="path"),
+        validate_certs=dict(type="bool", default=True),
+        ca_path=dict(type="path"),
+    )
 
 
 # --- inputs ----------------------------------------------------------------------------------------
@@ -117,7 +137,8 @@ def _prompt_entry(line):
     return entry, None
 
 
-def validate(concurrency, num_requests, max_new_tokens, engine, label, request_timeout=600.0):
+def validate(concurrency: list, num_requests: int, max_new_tokens: int, engine: str, label: str,
+             request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> list[str]:
     """Problems with the scalar parameters, as a list of messages (empty when all is well)."""
     problems = []
     if not concurrency:
@@ -184,7 +205,7 @@ def server_state(base_url, api_key=None, timeout=30.0, validate_certs=True, ca_p
     states = data.get("internal_states") or [{}]
     state = states[0] if isinstance(states[0], dict) else {}
     algorithm = data.get("speculative_algorithm")
-    accept = _num(state.get("avg_spec_accept_length"))
+    accept = as_number(state.get("avg_spec_accept_length"))
     if "speculative_algorithm" in data:
         speculative = bool(algorithm) and str(algorithm).upper() not in ("NONE", "NULL")
     else:
@@ -195,7 +216,7 @@ def server_state(base_url, api_key=None, timeout=30.0, validate_certs=True, ca_p
                 speculative_algorithm=algorithm, speculative=speculative,
                 model_path=data.get("model_path"),
                 avg_spec_accept_length=accept,
-                spec_verify_ct_total=_num(state.get("spec_verify_ct_total")))
+                spec_verify_ct_total=as_number(state.get("spec_verify_ct_total")))
 
 
 def _detail(data):
@@ -203,7 +224,8 @@ def _detail(data):
     return " (%s)" % text if text else ""
 
 
-def _num(value):
+def as_number(value: Any) -> int | float | None:
+    """``value`` when it is a JSON number (not a bool), else None: what a server reports may be absent."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return value
@@ -228,8 +250,9 @@ def server_window(before, after):
 
 # --- the built-in load generator ---------------------------------------------------------------------
 
-def one_request(base_url, request, api_key=None, request_timeout=600.0, validate_certs=True, ca_path=None,
-                clock=time.monotonic):
+def one_request(base_url: str, request: dict, *, api_key: str | None = None,
+                request_timeout: float = DEFAULT_REQUEST_TIMEOUT, validate_certs: bool = True,
+                ca_path: str | None = None, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
     """Stream one generation; returns its record (``ok`` False with ``error`` on failure)."""
     body = {"text": request["prompt"],
             "sampling_params": {"max_new_tokens": request["max_new_tokens"], "temperature": 0.0, "ignore_eos": True}}
@@ -261,7 +284,7 @@ def one_request(base_url, request, api_key=None, request_timeout=600.0, validate
     record["latency"] = clock() - start
     record["prompt_tokens"] = meta.get("prompt_tokens")
     record["output_tokens"] = int(meta.get("completion_tokens") or 0)
-    verify = _num(meta.get("spec_verify_ct"))
+    verify = as_number(meta.get("spec_verify_ct"))
     record["spec_verify_ct"] = verify
     if verify:
         record["accept_length"] = record["output_tokens"] / float(verify)
@@ -276,8 +299,10 @@ def one_request(base_url, request, api_key=None, request_timeout=600.0, validate
     return record
 
 
-def run_level(base_url, requests, concurrency, api_key=None, request_timeout=600.0, validate_certs=True,
-              ca_path=None, clock=time.monotonic, stop_on_error=True):
+def run_level(base_url: str, requests: list[dict], concurrency: int, *, api_key: str | None = None,
+              request_timeout: float = DEFAULT_REQUEST_TIMEOUT, validate_certs: bool = True,
+              ca_path: str | None = None, clock: Callable[[], float] = time.monotonic,
+              stop_on_error: bool = True) -> tuple[list[dict], float]:
     """Run ``requests`` with ``concurrency`` slots; returns (records in request order, wall seconds).
 
     One thread per slot, each taking the next request as soon as its previous one finished, so the
@@ -408,103 +433,3 @@ def level_failure_message(level, base_url, label):
             "have restarted or stopped mid-run (journalctl -u the sglang unit), or a request was rejected; fix it "
             "and run the benchmark again"
             % (level["failed"], level["requests"], level["concurrency"], base_url, label, " | ".join(level["errors"])))
-
-
-# --- SGLang's own bench_serving ------------------------------------------------------------------------
-
-BENCH_SERVING_MODULE = "sglang.bench_serving"
-# Exits 0 when `sglang.bench_serving` is importable (find_spec imports the sglang package only).
-PROBE_SNIPPET = ("import importlib.util, sys\n"
-                 "try:\n    spec = importlib.util.find_spec('sglang.bench_serving')\n"
-                 "except Exception:\n    spec = None\nsys.exit(0 if spec else 3)\n")
-
-
-def sharegpt_dataset(requests):
-    """The requests as a ShareGPT-format dataset, the form bench_serving reads with ``--dataset-path``.
-
-    bench_serving samples its prompts from such a file; the reply turn is empty because
-    ``--sharegpt-output-len`` fixes the output length instead.
-    """
-    return [{"id": "gpufleet-%d" % r["index"],
-             "conversations": [{"from": "human", "value": r["prompt"]}, {"from": "gpt", "value": ""}]}
-            for r in requests]
-
-
-def bench_serving_command(python, base_url, dataset_path, output_file, num_requests, max_new_tokens, concurrency,
-                          seed=1):
-    """argv for one level. The API key is NOT here: bench_serving reads it from OPENAI_API_KEY."""
-    return [python, "-m", BENCH_SERVING_MODULE, "--backend", "sglang", "--base-url", base_url,
-            "--dataset-name", "sharegpt", "--dataset-path", dataset_path,
-            "--num-prompts", str(num_requests), "--sharegpt-output-len", str(max_new_tokens),
-            "--max-concurrency", str(concurrency), "--request-rate", "inf",
-            "--output-file", output_file, "--output-details", "--disable-tqdm", "--seed", str(seed)]
-
-
-def parse_bench_serving(text, concurrency=None):
-    """One level from bench_serving's ``--output-file`` text (JSONL: it appends one line per run).
-
-    Reads the last line. Returns (level, records); records are built from ``--output-details``
-    lists when present (latency = ttft + the inter-token latencies), else empty.
-    """
-    # Only JSON-object lines: bench_serving writes nothing else there, and anything else (a
-    # comment, a truncated write) must not hide the last complete result.
-    lines = [line for line in (text or "").splitlines() if line.lstrip().startswith("{")]
-    if not lines:
-        raise BenchError("bench_serving wrote no result line to its output file (did it fail? see its stdout)")
-    try:
-        data = json.loads(lines[-1])
-    except ValueError as exc:
-        raise BenchError("bench_serving's output file does not end with a JSON line (%s)" % exc)
-    if not isinstance(data, dict) or "output_throughput" not in data:
-        raise BenchError("bench_serving's result has no output_throughput: not a bench_serving result "
-                         "(keys: %s)" % ", ".join(sorted(data)[:20] if isinstance(data, dict) else []))
-
-    def sec(key):
-        value = _num(data.get(key))
-        return value / 1000.0 if value is not None else None
-
-    level_c = data.get("max_concurrency") or concurrency
-    records = []
-    ttfts, itls, outs = data.get("ttfts"), data.get("itls"), data.get("output_lens")
-    errors, inputs = data.get("errors") or [], data.get("input_lens") or []
-    if isinstance(ttfts, list) and isinstance(outs, list):
-        for i, ttft in enumerate(ttfts):
-            err = errors[i] if i < len(errors) else ""
-            itl = itls[i] if isinstance(itls, list) and i < len(itls) and isinstance(itls[i], list) else []
-            records.append(dict(index=i, category=None, ok=not err, error=err or None, ttft=ttft,
-                                latency=(ttft or 0.0) + sum(itl), prompt_tokens=inputs[i] if i < len(inputs) else None,
-                                output_tokens=outs[i] if i < len(outs) else 0, spec_verify_ct=None,
-                                accept_length=None, concurrency=level_c))
-    completed = int(data.get("completed") or 0)
-    failed = sum(1 for r in records if not r["ok"])
-    level = dict(
-        concurrency=level_c,
-        requests=completed + failed,
-        succeeded=completed,
-        failed=failed,
-        errors=[r["error"] for r in records if not r["ok"]][:MAX_ERRORS_QUOTED],
-        wall_seconds=_num(data.get("duration")),
-        output_tokens=_num(data.get("total_output_tokens")),
-        prompt_tokens=_num(data.get("total_input_tokens")),
-        output_throughput=_num(data.get("output_throughput")),
-        request_throughput=_num(data.get("request_throughput")),
-        latency_s=dict(mean=sec("mean_e2e_latency_ms"), p50=sec("median_e2e_latency_ms"), p90=None,
-                       p99=sec("p99_e2e_latency_ms"), max=None),
-        ttft_s=dict(mean=sec("mean_ttft_ms"), p50=sec("median_ttft_ms"), p90=None, p99=sec("p99_ttft_ms"), max=None),
-        # bench_serving reads the accept length from the server's /get_server_info after the run.
-        accept_length=_num(data.get("accept_length")),
-        verify_steps=None,
-        server_accept_length=_num(data.get("accept_length")),
-        server_accept_length_window=None,
-        server_verify_steps_window=None,
-        accept_length_server_diff_pct=None,
-        source="bench_serving",
-    )
-    if records and all(r["latency"] is not None for r in records if r["ok"]):
-        lat = distribution([r["latency"] for r in records if r["ok"]])
-        level["latency_s"]["p90"] = lat["p90"]
-        level["latency_s"]["max"] = lat["max"]
-        ttft = distribution([r["ttft"] for r in records if r["ok"]])
-        level["ttft_s"]["p90"] = ttft["p90"]
-        level["ttft_s"]["max"] = ttft["max"]
-    return level, records

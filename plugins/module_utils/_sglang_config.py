@@ -6,10 +6,12 @@
 
 Private to the collection: not a public API, may change without notice.
 
-SGLang 0.5.23 reads ``--config FILE.yaml`` by turning each key into ``--<key>``: a key must be the
-long option name in dash form (``tp-size``); ``tp_size`` becomes ``--tp_size`` and is rejected
-(SEED-FACTS.md). Inventories are written with underscores as often as with dashes, so keys are
-normalised here, and two spellings of one option are an error rather than a silent pick.
+SGLang 0.5.23 reads ``--config FILE.yaml`` by turning each key, as written, into ``--<key>``
+(``ConfigArgumentMerger._convert_config_to_args`` and ``_add_scalar_arg`` in SGLang's
+``sglang/srt/utils/server_args_config_parser.py``) and parsing the result with the server's
+argparse parser, which knows only the dash form: ``tp_size`` becomes ``--tp_size`` and is rejected,
+``tp-size`` is accepted. Inventories are written with underscores as often as with dashes, so keys
+are normalised here, and two spellings of one option are an error rather than a silent pick.
 
 The file is written as ``key: <JSON value>`` lines: JSON scalars, lists and objects are YAML flow
 values, so no YAML library is needed on the host and the output is byte-stable for the same
@@ -18,14 +20,20 @@ options (keys sorted), which is what makes "changed" mean "the server would star
 
 from __future__ import annotations
 
+import grp
 import json
 import math
 import os
+import pwd
 import re
 import shutil
 import tempfile
+from typing import Any
 
-MASK = "********"
+from ansible_collections.gpufleet.llm.plugins.module_utils import _secrets
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._secrets import MASK
+
 # Option names whose values are secrets (api-key, admin-api-key, ssl-keyfile-password, *-token).
 SECRET_KEY = re.compile(r"(api-key|password|passwd|secret|credential|(^|-)token$)")
 KEY_SHAPE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -87,11 +95,7 @@ def mask_text(text, secret_values=()):
         if m and is_secret(m.group(2).replace("_", "-")) and m.group(4).strip() not in ("", "null", "~"):
             line = "%s%s%s%s\n" % (m.group(1), m.group(2), m.group(3), json.dumps(MASK))
         out.append(line)
-    text = "".join(out)
-    for value in secret_values:
-        if value:
-            text = text.replace(str(value), MASK)
-    return text
+    return _secrets.mask("".join(out), *(str(value) for value in secret_values if value))
 
 
 def masked_options(options):
@@ -142,3 +146,84 @@ def keep_previous(path, previous):
     os.chmod(tmp, st.st_mode & 0o7777)
     os.chown(tmp, st.st_uid, st.st_gid)
     os.replace(tmp, previous)
+
+
+# --- the module: its options and what one run does ----------------------------------------------------
+
+def argument_spec() -> dict[str, dict[str, Any]]:
+    """sglang_config's options, the one place their types and defaults are written."""
+    return dict(
+        path=dict(type="path", required=True),
+        options=dict(type="dict", default={}),
+        secrets=dict(type="dict", default={}, no_log=True),
+        owner=dict(type="str"),
+        group=dict(type="str"),
+        mode=dict(type="raw", default="0640"),
+        previous=dict(type="path"),
+    )
+
+
+def file_mode(mode: int | str) -> int:
+    """The ``mode`` option as an int: octal text such as ``0640``, or an int as YAML gave it."""
+    if isinstance(mode, int):
+        return mode
+    try:
+        return int(str(mode), 8)
+    except ValueError:
+        raise ModuleFailure("mode must be octal like 0640, got %r" % mode)
+
+
+def owner_ids(owner: str | None, group: str | None) -> tuple[int, int]:
+    """(uid, gid) of the owner and group options; -1 leaves that one as it is."""
+    uid = gid = -1
+    try:
+        if owner:
+            uid = int(owner) if owner.isdigit() else pwd.getpwnam(owner).pw_uid
+        if group:
+            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ModuleFailure("owner %r or group %r does not exist on this host: create the service user first"
+                            % (owner, group))
+    return uid, gid
+
+
+def _check_path(path: str) -> None:
+    if not path.endswith((".yaml", ".yml")):
+        raise ModuleFailure("path %s must end in .yaml or .yml: SGLang reads --config files by suffix" % path)
+    if not os.path.isdir(os.path.dirname(path) or "."):
+        raise ModuleFailure("the directory of %s does not exist: create it first" % path)
+
+
+def run(params: dict[str, Any], *, check_mode: bool) -> dict[str, Any]:
+    """Render the options and replace the file when its bytes differ; the module's result.
+
+    ``changed`` False means the bytes are the same: the file's mode and owner are then the
+    module's to set (Ansible's file attribute handling), not this function's.
+    """
+    path = params["path"]
+    _check_path(path)
+    mode = file_mode(params["mode"])
+    secret_values = [str(v) for v in (params["secrets"] or {}).values() if v not in (None, "")]
+    try:
+        options = normalise(params["options"], params["secrets"])
+        text = render(options)
+        before = read_text(path)
+    except ConfigError as exc:
+        raise ModuleFailure(str(exc))
+    uid, gid = owner_ids(params["owner"], params["group"])
+    result = dict(changed=False, path=path, options=masked_options(options))
+    if before == text:
+        return result
+    result["changed"] = True
+    result["diff"] = dict(before_header=path, after_header=path, before=mask_text(before or "", secret_values),
+                          after=mask_text(text, secret_values))
+    if check_mode:
+        return result
+    try:
+        if before is not None and params["previous"]:
+            keep_previous(path, params["previous"])
+            result["previous"] = params["previous"]
+        write_atomic(path, text, mode, uid, gid)
+    except (IOError, OSError) as exc:
+        raise ModuleFailure("cannot write %s: %s" % (path, exc), **result)
+    return result

@@ -28,14 +28,16 @@ import json
 import socket
 import ssl
 import time
+from typing import Any, Callable, Iterator
 from urllib import error as _urlerror
 from urllib import parse as _urlparse
 from urllib import request as _urlrequest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils._hub import ssl_context  # one TLS policy for every client
+from ansible_collections.gpufleet.llm.plugins.module_utils import _secrets
+# One TLS policy and one redirect guard for every client.
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import NoRedirect, ssl_context
 
 DEFAULT_URL = "http://127.0.0.1:30000"
-MASK = "********"
 # How much of a non-JSON error body to quote in a message.
 _SNIPPET = 300
 
@@ -54,12 +56,6 @@ class SGLangHTTPError(Exception):
 
     def __str__(self):
         return self.msg
-
-
-def _scrub(text, api_key):
-    if api_key and text:
-        return text.replace(api_key, MASK)
-    return text
 
 
 def validate_base_url(base_url):
@@ -87,14 +83,8 @@ def validate_base_url(base_url):
     return url.rstrip("/")
 
 
-class _NoRedirect(_urlrequest.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        # SGLang never redirects; a 3xx means something else answers there: report it as it is.
-        return None
-
-
 def _opener(base_url, validate_certs, ca_path):
-    handlers = [_NoRedirect(), _urlrequest.ProxyHandler({})]  # loopback/cluster addresses: no proxy
+    handlers = [NoRedirect(), _urlrequest.ProxyHandler({})]  # loopback/cluster addresses: no proxy
     if base_url.startswith("https:"):
         handlers.append(_urlrequest.HTTPSHandler(context=ssl_context(validate_certs, ca_path)))
     return _urlrequest.build_opener(*handlers)
@@ -148,7 +138,8 @@ def error_text(data):
     return str(err)[:_SNIPPET] if err else ""
 
 
-def call(base_url, path, method="GET", body=None, api_key=None, timeout=30.0, validate_certs=True, ca_path=None):
+def call(base_url: str, path: str, *, method: str = "GET", body: Any = None, api_key: str | None = None,
+         timeout: float = 30.0, validate_certs: bool = True, ca_path: str | None = None) -> tuple[int, Any]:
     """One JSON request. Returns ``(status, data)``; data is the decoded JSON (None for an empty body).
 
     Non-2xx answers are returned, with data = the error JSON (or ``{"error": <text>}``).
@@ -168,24 +159,25 @@ def call(base_url, path, method="GET", body=None, api_key=None, timeout=30.0, va
             exc.close()
         data = _decode_error_body(raw)
         if isinstance(data, dict) and api_key:
-            data = json.loads(_scrub(json.dumps(data), api_key))
+            data = json.loads(_secrets.mask(json.dumps(data), api_key))
         return exc.code, data
     except (_urlerror.URLError, OSError, socket.timeout, ssl.SSLError, http.client.HTTPException) as exc:
         what = _reason(exc)
         if what == "timed out":
             what = "no answer within %ss" % _fmt(timeout)
-        raise SGLangHTTPError(_scrub("%s %s%s: %s" % (method, base_url, path, what), api_key), None, path)
+        raise SGLangHTTPError(_secrets.mask("%s %s%s: %s" % (method, base_url, path, what), api_key), None, path)
     if not raw.strip():
         return status, None
     try:
         return status, json.loads(raw.decode("utf-8"))
     except ValueError:
-        snippet = _scrub(raw.decode("utf-8", "replace").strip()[:_SNIPPET], api_key)
+        snippet = _secrets.mask(raw.decode("utf-8", "replace").strip()[:_SNIPPET], api_key)
         raise SGLangHTTPError("%s %s%s answered %d with something that is not JSON (is this an SGLang server?): %r"
                               % (method, base_url, path, status, snippet), status, path)
 
 
-def stream_generate(base_url, body, api_key=None, timeout=600.0, validate_certs=True, ca_path=None):
+def stream_generate(base_url: str, body: dict | None, *, api_key: str | None = None, timeout: float = 600.0,
+                    validate_certs: bool = True, ca_path: str | None = None) -> Iterator[tuple[float, Any]]:
     """``POST /generate`` streaming; yields ``(time.monotonic(), chunk)`` per ``data: {json}`` event.
 
     Stops at ``data: [DONE]``. Raises SGLangHTTPError on a non-2xx answer (with its status), on an
@@ -208,13 +200,13 @@ def stream_generate(base_url, body, api_key=None, timeout=600.0, validate_certs=
             exc.close()
         detail = error_text(data)
         detail = ": " + detail if detail else ""
-        raise SGLangHTTPError(_scrub("POST %s%s answered %d%s" % (base_url, path, exc.code, detail), api_key),
+        raise SGLangHTTPError(_secrets.mask("POST %s%s answered %d%s" % (base_url, path, exc.code, detail), api_key),
                               exc.code, path)
     except (_urlerror.URLError, OSError, socket.timeout, ssl.SSLError, http.client.HTTPException) as exc:
         what = _reason(exc)
         if what == "timed out":
             what = "no answer within %ss" % _fmt(timeout)
-        raise SGLangHTTPError(_scrub("POST %s%s: %s" % (base_url, path, what), api_key), None, path)
+        raise SGLangHTTPError(_secrets.mask("POST %s%s: %s" % (base_url, path, what), api_key), None, path)
     with resp:
         status = resp.status
         while True:
@@ -224,7 +216,7 @@ def stream_generate(base_url, body, api_key=None, timeout=600.0, validate_certs=
                 what = _reason(exc)
                 if what == "timed out":
                     what = "no event within %ss" % _fmt(timeout)
-                raise SGLangHTTPError(_scrub("POST %s%s stream: %s" % (base_url, path, what), api_key), status, path)
+                raise SGLangHTTPError(_secrets.mask("POST %s%s stream: %s" % (base_url, path, what), api_key), status, path)
             now = time.monotonic()
             if not line:
                 raise SGLangHTTPError("POST %s%s: the stream ended without 'data: [DONE]' (server stopped or "
@@ -238,10 +230,10 @@ def stream_generate(base_url, body, api_key=None, timeout=600.0, validate_certs=
             try:
                 chunk = json.loads(payload.decode("utf-8"))
             except ValueError:
-                raise SGLangHTTPError(_scrub("POST %s%s stream: an event that is not JSON: %r"
+                raise SGLangHTTPError(_secrets.mask("POST %s%s stream: an event that is not JSON: %r"
                                              % (base_url, path, payload[:_SNIPPET]), api_key), status, path)
             if isinstance(chunk, dict) and "error" in chunk and "meta_info" not in chunk:
-                raise SGLangHTTPError(_scrub("POST %s%s stream: the server reported an error: %s"
+                raise SGLangHTTPError(_secrets.mask("POST %s%s stream: the server reported an error: %s"
                                              % (base_url, path, error_text(chunk)), api_key), status, path)
             yield now, chunk
 
@@ -250,8 +242,10 @@ def _fmt(seconds):
     return ("%.1f" % seconds).rstrip("0").rstrip(".") if seconds is not None else "?"
 
 
-def wait_healthy(base_url, timeout, interval, api_key=None, validate_certs=True, ca_path=None, path="/health",
-                 request_timeout=30.0, clock=time.monotonic, sleep=time.sleep):
+def wait_healthy(base_url: str, *, timeout: float, interval: float, api_key: str | None = None,
+                 validate_certs: bool = True, ca_path: str | None = None, path: str = "/health",
+                 request_timeout: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """Poll ``path`` until it answers 200: returns ``dict(waited, polls, last_status)``.
 
     Any other answer (503 while loading), a refused connection (not started yet) or a timeout is

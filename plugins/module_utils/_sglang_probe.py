@@ -31,26 +31,57 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any, Callable
 from urllib import parse as _urlparse
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_http as _http
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 
-DEFAULT_PROMPT = "The capital of France is"
 JOURNAL_HINT = "journalctl -u sglang-<instance>.service"
 STANDIN_NOTICE = ("the server is the lab's SGLang stand-in (standin: true in /server_info), not SGLang: its "
                   "accept length and timings are a model, and say nothing about GPUs")
 
 
-class ProbeError(Exception):
-    """A failed check; ``result`` holds what was learnt before it."""
+class ProbeError(ModuleFailure):
+    """A failed check; ``result`` holds what was learnt before it, and is what the module fails with."""
 
-    def __init__(self, msg, result):
-        super(ProbeError, self).__init__(msg)
-        self.msg = msg
-        self.result = result
+    def __init__(self, msg: str, result: dict[str, Any]) -> None:
+        super(ProbeError, self).__init__(msg, **result)
 
-    def __str__(self):
-        return self.msg
+    @property
+    def result(self) -> dict[str, Any]:
+        return self.fields
+
+
+def argument_spec() -> dict[str, dict[str, Any]]:
+    """sglang_probe's options, the one place their types and defaults are written."""
+    return dict(
+        url=dict(type="str", default=_http.DEFAULT_URL),
+        api_key=dict(type="str", no_log=True),
+        timeout=dict(type="float", default=3600),
+        interval=dict(type="float", default=5),
+        request_timeout=dict(type="float", default=300),
+        expect_model_path=dict(type="path"),
+        smoke=dict(type="bool", default=True),
+        smoke_prompt=dict(type="str", default="The capital of France is"),
+        smoke_max_new_tokens=dict(type="int", default=16, no_log=False),  # a token count, not a secret
+        min_accept_length=dict(type="float", default=0),
+        validate_certs=dict(type="bool", default=True),
+        ca_path=dict(type="path"),
+    )
+
+
+def run(params: dict[str, Any], *, warn: Callable[[str], None]) -> dict[str, Any]:
+    """probe() for the module: its notices go to ``warn`` (shown on failure too), not into the result."""
+    try:
+        result = probe(params)
+    except ProbeError as exc:
+        for notice in exc.result.pop("notices", []):
+            warn(notice)
+        raise
+    for notice in result.pop("notices", []):
+        warn(notice)
+    return result
 
 
 def _num(value):
@@ -200,7 +231,7 @@ def probe(params):
 
     # 1. health
     try:
-        health = _http.wait_healthy(params["url"], params["timeout"], params["interval"],
+        health = _http.wait_healthy(params["url"], timeout=params["timeout"], interval=params["interval"],
                                     request_timeout=min(params["request_timeout"], 30.0), **client.kw)
     except _http.SGLangHTTPError as exc:
         result.update(polls=exc.polls or 0, waited=exc.waited)

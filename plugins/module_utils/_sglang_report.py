@@ -23,9 +23,11 @@ from __future__ import annotations
 import datetime
 import os
 import re
+from typing import Any
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 
 SCHEMA_VERSION = 1
 PLOT_WIDTH, PLOT_HEIGHT, PLOT_DPI = 800, 500, 100
@@ -163,6 +165,14 @@ def file_names(dest, host, timestamp):
     stem = os.path.join(dest, "benchmark-%s-%s" % (safe_name(host), safe_name(timestamp)))
     return dict(json=stem + ".json", markdown=stem + ".md", throughput_png=stem + "-throughput.png",
                 accept_length_png=stem + "-accept-length.png")
+
+
+def report_paths(dest: str, host: str, timestamp: str, *, plots: bool) -> dict[str, str | None]:
+    """file_names(), with the two PNGs None when no plots are drawn."""
+    paths = file_names(dest, host, timestamp)
+    if not plots:
+        paths["throughput_png"] = paths["accept_length_png"] = None
+    return paths
 
 
 def _run(result, label):
@@ -353,9 +363,7 @@ def write(dest, host, spec, baseline=None, baseline_note=None, timestamp=None, p
         raise ReportError("dest %s is not a directory on the controller; create it first (the benchmark playbook "
                           "does)" % dest)
     timestamp = timestamp or timestamp_now()
-    paths = file_names(dest, host, timestamp)
-    if not plots:
-        paths["throughput_png"] = paths["accept_length_png"] = None
+    paths = report_paths(dest, host, timestamp, plots=plots)
     doc = build(host, spec, baseline, baseline_note, files=dict((k, v) for k, v in paths.items() if v))
     for key in ("throughput_png", "accept_length_png"):
         doc["files"].setdefault(key, None)
@@ -370,3 +378,38 @@ def write(dest, host, spec, baseline=None, baseline_note=None, timestamp=None, p
     os.replace(paths["markdown"] + ".tmp", paths["markdown"])
     _manifest.atomic_write_json(paths["json"], doc)
     return doc, paths, text
+
+
+# --- the module: its options and what one run returns -------------------------------------------------
+
+def argument_spec() -> dict[str, dict[str, Any]]:
+    """sglang_bench_report's options, the one place their types and defaults are written."""
+    return dict(
+        dest=dict(type="path", required=True),
+        host=dict(type="str", required=True),
+        spec=dict(type="dict", required=True),
+        baseline=dict(type="dict"),
+        baseline_note=dict(type="str"),
+        timestamp=dict(type="str"),
+        plots=dict(type="bool", default=True),
+    )
+
+
+def run(params: dict[str, Any], *, check_mode: bool) -> dict[str, Any]:
+    """The report from the module's options: written, or in check mode only built; ModuleFailure on bad input."""
+    dest = os.path.abspath(params["dest"])
+    timestamp = params["timestamp"] or timestamp_now()
+    try:
+        if check_mode:
+            paths = report_paths(dest, params["host"], timestamp, plots=params["plots"])
+            doc = build(params["host"], params["spec"], params["baseline"], params["baseline_note"],
+                        files=dict((k, v) for k, v in paths.items() if v))
+            text = markdown(doc)
+        else:
+            doc, paths, text = write(dest, params["host"], params["spec"], params["baseline"],
+                                     params["baseline_note"], timestamp, params["plots"])
+    except ReportError as exc:
+        raise ModuleFailure(str(exc))
+    except (IOError, OSError) as exc:
+        raise ModuleFailure("cannot write the report into %s: %s" % (dest, exc))
+    return dict(changed=True, files=paths, speedup=doc["speedup"], markdown=text, standin=doc["standin"])

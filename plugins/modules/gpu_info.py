@@ -192,67 +192,15 @@ fit:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _gpu
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            nvidia_smi=dict(type="path"),
-            require_gpu=dict(type="bool", default=True),
-            model_paths=dict(type="list", elements="path"),
-            drafter_paths=dict(type="list", elements="path"),
-            tp_size=dict(type="int", default=1),
-            nnodes=dict(type="int", default=1),
-            mem_fraction_static=dict(type="float", default=_gpu.DEFAULT_MEM_FRACTION_STATIC),
-            headroom_fraction=dict(type="float", default=_gpu.DEFAULT_HEADROOM_FRACTION),
-            fail_on_problem=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    bad = _gpu.check_fractions(p["mem_fraction_static"], p["headroom_fraction"])
-    if p["tp_size"] < 1 or p["nnodes"] < 1:
-        bad.append("tp_size and nnodes must be at least 1, got tp_size=%d nnodes=%d" % (p["tp_size"], p["nnodes"]))
-    if p["drafter_paths"] and not p["model_paths"]:
-        bad.append("drafter_paths needs model_paths (the target the drafter serves)")
-    if bad:
-        module.fail_json(msg="; ".join(bad))
-
+def main() -> None:
+    module = AnsibleModule(argument_spec=_gpu.argument_spec(), supports_check_mode=True)
     try:
-        gpus, exe, notices = _gpu.query(p["nvidia_smi"], require_gpu=p["require_gpu"])
-    except _gpu.GpuError as exc:
-        module.fail_json(msg=str(exc), gpus=[], gpu_count=0)
-    for notice in notices:
-        module.warn(notice)
-    result = dict(
-        changed=False,
-        gpus=gpus,
-        gpu_count=len(gpus),
-        names=sorted(set(g["name"] for g in gpus if g["name"])),
-        compute_caps=sorted(set(g["compute_cap"] for g in gpus if g["compute_cap"])),
-        driver_version=gpus[0]["driver_version"] if gpus else None,
-        memory_total_mib=min((g["memory_total_mib"] for g in gpus if g["memory_total_mib"] is not None), default=None),
-        nvidia_smi=exe,
-    )
-    if p["model_paths"]:
-        models = []
-        try:
-            for role, paths in (("model", p["model_paths"]), ("drafter", p["drafter_paths"] or [])):
-                for path in paths:
-                    size, source = _gpu.model_size(path)
-                    models.append(dict(path=path, role=role, bytes=size, source=source))
-        except _gpu.ModelSizeError as exc:
-            module.fail_json(msg=str(exc), **result)
-        result["models"] = models
-        verdict = _gpu.fit(
-            gpus,
-            model_bytes=sum(m["bytes"] for m in models if m["role"] == "model"),
-            drafter_bytes=sum(m["bytes"] for m in models if m["role"] == "drafter"),
-            tp_size=p["tp_size"], nnodes=p["nnodes"],
-            mem_fraction_static=p["mem_fraction_static"], headroom_fraction=p["headroom_fraction"])
-        result["fit"] = verdict
-        if not verdict["fits"] and p["fail_on_problem"]:
-            module.fail_json(msg=_gpu.failure_message(verdict), **result)
+        result = _gpu.run(module.params, warn=module.warn)
+    except ModuleFailure as exc:
+        module.fail_json(**exc.fail_kwargs())
     module.exit_json(**result)
 
 

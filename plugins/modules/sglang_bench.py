@@ -169,149 +169,20 @@ records:
   elements: dict
 """
 
-import json
-import os
-import shutil
-import sys
-import tempfile
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench as bench
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_http as http
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench, _sglang_bench_run
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 
 
-def _check_label(module, server, label, base):
-    algorithm = server.get("speculative_algorithm")
-    if label == "spec" and not server["speculative"]:
-        module.fail_json(msg="label is spec but the server at %s runs without speculative decoding (/server_info "
-                             "speculative_algorithm is %r, no avg_spec_accept_length); benchmark it with "
-                             "label=baseline, or check that the speculative config is the one loaded"
-                             % (base["url"], algorithm), server=server, **base)
-    if label == "baseline" and server["speculative"]:
-        module.fail_json(msg="label is baseline but the server at %s still runs speculative decoding "
-                             "(speculative_algorithm %s): the baseline config did not take effect; check the "
-                             "systemd drop-in and that the service restarted" % (base["url"], algorithm),
-                         server=server, **base)
-
-
-def _run_builtin(module, url, requests, levels_in, base, server):
-    params = module.params
-    kwargs = dict(api_key=params["api_key"], validate_certs=params["validate_certs"], ca_path=params["ca_path"])
-    levels, records = [], []
-    before = server
-    for concurrency in levels_in:
-        level_records, wall = bench.run_level(url, requests, concurrency, request_timeout=params["request_timeout"],
-                                              **kwargs)
-        after = bench.server_state(url, **kwargs)
-        level = bench.aggregate(level_records, wall, concurrency, server_before=before, server_after=after)
-        before = after
-        levels.append(level)
-        records.extend(level_records)
-        if level["failed"]:
-            module.fail_json(msg=bench.level_failure_message(level, url, params["label"]), levels=levels,
-                             records=records, server=server, **base)
-    return levels, records
-
-
-def _run_bench_serving(module, url, requests, levels_in, base, server):
-    params = module.params
-    python = params["python"] or sys.executable
-    rc, out, err = module.run_command([python, "-c", bench.PROBE_SNIPPET], cwd="/")
-    if rc != 0:
-        module.fail_json(msg="engine=bench_serving: %s cannot import %s (rc %d%s); install SGLang into that "
-                             "interpreter, point python at the one that has it, or use engine=builtin"
-                             % (python, bench.BENCH_SERVING_MODULE, rc, (": " + err.strip()[-300:]) if err else ""),
-                         **base)
-    environ = {"OPENAI_API_KEY": params["api_key"]} if params["api_key"] else None
-    work = tempfile.mkdtemp(prefix="gpufleet-bench-serving-")
-    levels, records = [], []
+def main() -> None:
+    module = AnsibleModule(argument_spec=_sglang_bench.argument_spec(), supports_check_mode=True)
     try:
-        dataset = os.path.join(work, "dataset.json")
-        with open(dataset, "w") as handle:
-            json.dump(bench.sharegpt_dataset(requests), handle)
-        for concurrency in levels_in:
-            output = os.path.join(work, "result-c%d.jsonl" % concurrency)
-            argv = bench.bench_serving_command(python, url, dataset, output, len(requests), params["max_new_tokens"],
-                                               concurrency)
-            # cwd /: a stray sglang/ in the working directory must not stand in for the installed one.
-            rc, out, err = module.run_command(argv, cwd="/", environ_update=environ)
-            if rc != 0 or not os.path.exists(output):
-                module.fail_json(msg="%s exited %d at concurrency %d: %s"
-                                     % (bench.BENCH_SERVING_MODULE, rc, concurrency, (err or out)[-1500:]),
-                                 levels=levels, records=records, server=server, **base)
-            with open(output) as handle:
-                level, level_records = bench.parse_bench_serving(handle.read(), concurrency)
-            levels.append(level)
-            records.extend(level_records)
-            if level["failed"]:
-                module.fail_json(msg=bench.level_failure_message(level, url, params["label"]), levels=levels,
-                                 records=records, server=server, **base)
-    except bench.BenchError as exc:
-        module.fail_json(msg=str(exc), levels=levels, records=records, server=server, **base)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return levels, records
-
-
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            url=dict(type="str", default=http.DEFAULT_URL),
-            api_key=dict(type="str", no_log=True),
-            prompts=dict(type="path", required=True),
-            concurrency=dict(type="list", elements="int", default=[1, 8, 32]),
-            num_requests=dict(type="int", default=32),
-            max_new_tokens=dict(type="int", default=256, no_log=False),  # a count, not a secret
-            engine=dict(type="str", choices=list(bench.ENGINES), default="builtin"),
-            label=dict(type="str", choices=list(bench.LABELS), default="spec"),
-            request_timeout=dict(type="float", default=600.0),
-            python=dict(type="path"),
-            validate_certs=dict(type="bool", default=True),
-            ca_path=dict(type="path"),
-        ),
-        supports_check_mode=True,
-    )
-    params = module.params
-    base = dict(changed=False, label=params["label"], engine=params["engine"], url=params["url"])
-    problems = bench.validate(params["concurrency"], params["num_requests"], params["max_new_tokens"],
-                              params["engine"], params["label"], params["request_timeout"])
-    try:
-        url = http.validate_base_url(params["url"])
-    except http.SGLangHTTPError as exc:
-        problems.append(str(exc))
-    if problems:
-        module.fail_json(msg="; ".join(problems), **base)
-    base["url"] = url
-    try:
-        prompts = bench.load_prompts(params["prompts"])
-    except bench.BenchError as exc:
-        module.fail_json(msg=str(exc), **base)
-    base["workload"] = bench.workload_summary(prompts, params["num_requests"], params["max_new_tokens"],
-                                              params["concurrency"], params["engine"], params["prompts"])
-    if module.check_mode:
-        module.exit_json(**base)
-
-    requests = bench.build_requests(prompts, params["num_requests"], params["max_new_tokens"])
-    kwargs = dict(api_key=params["api_key"], validate_certs=params["validate_certs"], ca_path=params["ca_path"])
-    try:
-        server = bench.server_state(url, **kwargs)
-        _check_label(module, server, params["label"], base)
-        if server["standin"]:
-            module.warn("the server at %s is the lab's SGLang stand-in: its figures come from its delay model and say "
-                        "nothing about GPU performance" % url)
-        run = _run_builtin if params["engine"] == "builtin" else _run_bench_serving
-        levels, records = run(module, url, requests, params["concurrency"], base, server)
-    except (bench.BenchError, http.SGLangHTTPError) as exc:
-        module.fail_json(msg=str(exc), **base)
-    for level in levels:
-        diff = level.get("accept_length_server_diff_pct")
-        if diff is not None and abs(diff) > 5.0:
-            module.warn("concurrency %d: the accept length measured from the requests (%.3f) and the server's "
-                        "/server_info figure (%.3f) differ by %.1f%% (other traffic on the server?)"
-                        % (level["concurrency"], level["accept_length"],
-                           level["server_accept_length_window"] or level["server_accept_length"], diff))
-    module.exit_json(server=server, levels=levels, records=records, **base)
+        result = _sglang_bench_run.run(module.params, check_mode=module.check_mode, run_command=module.run_command,
+                                       warn=module.warn)
+    except ModuleFailure as exc:
+        module.fail_json(**exc.fail_kwargs())
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -103,12 +103,12 @@ standin:
   type: bool
 """
 
-import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_report as report
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_report
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 
 try:
     import matplotlib  # noqa: F401  pylint: disable=unused-import
@@ -118,41 +118,16 @@ else:
     MATPLOTLIB_ERROR = None
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            dest=dict(type="path", required=True),
-            host=dict(type="str", required=True),
-            spec=dict(type="dict", required=True),
-            baseline=dict(type="dict"),
-            baseline_note=dict(type="str"),
-            timestamp=dict(type="str"),
-            plots=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
-    params = module.params
-    if params["plots"] and MATPLOTLIB_ERROR:
+def main() -> None:
+    module = AnsibleModule(argument_spec=_sglang_report.argument_spec(), supports_check_mode=True)
+    if module.params["plots"] and MATPLOTLIB_ERROR:
         module.fail_json(msg=missing_required_lib("matplotlib", reason="to draw the benchmark plots (or set plots=false)"),
                          exception=MATPLOTLIB_ERROR)
-    dest = os.path.abspath(params["dest"])
-    timestamp = params["timestamp"] or report.timestamp_now()
     try:
-        if module.check_mode:
-            paths = report.file_names(dest, params["host"], timestamp)
-            if not params["plots"]:
-                paths["throughput_png"] = paths["accept_length_png"] = None
-            doc = report.build(params["host"], params["spec"], params["baseline"], params["baseline_note"],
-                               files=dict((k, v) for k, v in paths.items() if v))
-            text = report.markdown(doc)
-        else:
-            doc, paths, text = report.write(dest, params["host"], params["spec"], params["baseline"],
-                                            params["baseline_note"], timestamp, params["plots"])
-    except report.ReportError as exc:
-        module.fail_json(msg=str(exc))
-    except (IOError, OSError) as exc:
-        module.fail_json(msg="cannot write the report into %s: %s" % (dest, exc))
-    module.exit_json(changed=True, files=paths, speedup=doc["speedup"], markdown=text, standin=doc["standin"])
+        result = _sglang_report.run(module.params, check_mode=module.check_mode)
+    except ModuleFailure as exc:
+        module.fail_json(**exc.fail_kwargs())
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -99,78 +99,22 @@ previous:
   type: str
 """
 
-import grp
-import os
-import pwd
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_config
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 
 
-def _ids(module, owner, group):
-    uid = gid = -1
+def main() -> None:
+    module = AnsibleModule(argument_spec=_sglang_config.argument_spec(), supports_check_mode=True)
     try:
-        if owner:
-            uid = int(owner) if owner.isdigit() else pwd.getpwnam(owner).pw_uid
-        if group:
-            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
-    except KeyError:
-        module.fail_json(msg="owner %r or group %r does not exist on this host: create the service user first" % (owner, group))
-    return uid, gid
-
-
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path", required=True),
-            options=dict(type="dict", default={}),
-            secrets=dict(type="dict", default={}, no_log=True),
-            owner=dict(type="str"),
-            group=dict(type="str"),
-            mode=dict(type="raw", default="0640"),
-            previous=dict(type="path"),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    path = p["path"]
-    if not path.endswith((".yaml", ".yml")):
-        module.fail_json(msg="path %s must end in .yaml or .yml: SGLang reads --config files by suffix" % path)
-    if not os.path.isdir(os.path.dirname(path) or "."):
-        module.fail_json(msg="the directory of %s does not exist: create it first" % path)
-    try:
-        mode = int(str(p["mode"]), 8) if not isinstance(p["mode"], int) else p["mode"]
-    except ValueError:
-        module.fail_json(msg="mode must be octal like 0640, got %r" % p["mode"])
-    secret_values = [str(v) for v in (p["secrets"] or {}).values() if v not in (None, "")]
-    try:
-        options = _sglang_config.normalise(p["options"], p["secrets"])
-        text = _sglang_config.render(options)
-        before = _sglang_config.read_text(path)
-    except _sglang_config.ConfigError as exc:
-        module.fail_json(msg=str(exc))
-    uid, gid = _ids(module, p["owner"], p["group"])
-
-    result = dict(changed=False, path=path, options=_sglang_config.masked_options(options))
-    content_changed = before != text
-    if content_changed:
-        result["changed"] = True
-        result["diff"] = dict(
-            before_header=path, after_header=path,
-            before=_sglang_config.mask_text(before or "", secret_values),
-            after=_sglang_config.mask_text(text, secret_values))
-        if not module.check_mode:
-            try:
-                if before is not None and p["previous"]:
-                    _sglang_config.keep_previous(path, p["previous"])
-                    result["previous"] = p["previous"]
-                _sglang_config.write_atomic(path, text, mode, uid, gid)
-            except (IOError, OSError) as exc:
-                module.fail_json(msg="cannot write %s: %s" % (path, exc), **result)
-    else:
-        # Same bytes: only the file's attributes may need setting.
-        file_args = module.load_file_common_arguments(dict(path=path, owner=p["owner"], group=p["group"], mode=p["mode"]))
+        result = _sglang_config.run(module.params, check_mode=module.check_mode)
+    except ModuleFailure as exc:
+        module.fail_json(**exc.fail_kwargs())
+    if not result["changed"]:
+        # Same bytes: only the file's mode and owner may need setting, which is Ansible's own job.
+        p = module.params
+        file_args = module.load_file_common_arguments(dict(path=p["path"], owner=p["owner"], group=p["group"], mode=p["mode"]))
         result["changed"] = module.set_fs_attributes_if_different(file_args, False)
     module.exit_json(**result)
 

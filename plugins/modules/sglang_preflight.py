@@ -122,49 +122,18 @@ notices:
   elements: str
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_check
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            config=dict(type="path", required=True),
-            python=dict(type="path", default="/usr/bin/python3"),
-            expect_version=dict(type="str"),
-        ),
-        supports_check_mode=True,
-    )
-    config, python = module.params["config"], module.params["python"]
-    base = dict(changed=False, ok=False, config=config, python=python, problems=[], notices=[])
-    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        module.fail_json(msg="python %s is not an executable file on this host; set python to the interpreter SGLang "
-                             "is installed in, for example /opt/sglang/<version>/bin/python" % python, **base)
-    if not os.path.isfile(config):
-        module.fail_json(msg="config %s does not exist on this host; stage the rendered YAML first" % config, **base)
-
-    # cwd /: `python -` puts the working directory first on sys.path, and a stray sglang/ or yaml.py
-    # there must not stand in for the installed ones.
-    rc, out, err = module.run_command(
-        _sglang_check.command(python, config, module.params["expect_version"]),
-        data=_sglang_check.script_source(), binary_data=True, cwd="/")
+def main() -> None:
+    module = AnsibleModule(argument_spec=_sglang_check.argument_spec(), supports_check_mode=True)
     try:
-        result = _sglang_check.read_result(rc, out, err, python)
-    except _sglang_check.CheckerError as exc:
-        module.fail_json(msg=str(exc), **base)
-    if result.get("import_error"):
-        module.fail_json(msg=_sglang_check.import_failure_message(result, python), import_error=result["import_error"],
-                         **base)
-
-    result.pop("import_error", None)
-    result.update(changed=False, python=python, config=config)
-    for notice in result["notices"]:
-        module.warn(notice)
-    if not result["ok"]:
-        module.fail_json(msg=_sglang_check.failure_message(result), **result)
+        result = _sglang_check.run(module.params, run_command=module.run_command, warn=module.warn)
+    except ModuleFailure as exc:
+        module.fail_json(**exc.fail_kwargs())
     module.exit_json(**result)
 
 

@@ -218,39 +218,19 @@ checks:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_probe
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            url=dict(type="str", default="http://127.0.0.1:30000"),
-            api_key=dict(type="str", no_log=True),
-            timeout=dict(type="float", default=3600),
-            interval=dict(type="float", default=5),
-            request_timeout=dict(type="float", default=300),
-            expect_model_path=dict(type="path"),
-            smoke=dict(type="bool", default=True),
-            smoke_prompt=dict(type="str", default=_sglang_probe.DEFAULT_PROMPT),
-            smoke_max_new_tokens=dict(type="int", default=16, no_log=False),  # a token count, not a secret
-            min_accept_length=dict(type="float", default=0),
-            validate_certs=dict(type="bool", default=True),
-            ca_path=dict(type="path"),
-        ),
-        supports_check_mode=True,
-    )
+def main() -> None:
+    module = AnsibleModule(argument_spec=_sglang_probe.argument_spec(), supports_check_mode=True)
     # A password in the URL is refused by the probe; it must not be echoed back in the invocation either.
     password = _sglang_probe.url_password(module.params["url"])
     if password:
         module.no_log_values.add(password)
     try:
-        result = _sglang_probe.probe(module.params)
-    except _sglang_probe.ProbeError as exc:
-        result = exc.result
-        for notice in result.pop("notices", []):
-            module.warn(notice)
-        module.fail_json(msg=exc.msg, **result)
-    for notice in result.pop("notices", []):
-        module.warn(notice)
+        result = _sglang_probe.run(module.params, warn=module.warn)
+    except ModuleFailure as exc:
+        module.fail_json(**exc.fail_kwargs())
     module.exit_json(**result)
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _gpu
+from ansible_collections.gpufleet.llm.plugins.module_utils import _gpu, _safetensors
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import gpu_fixtures as gf
 
 
@@ -139,3 +140,70 @@ def test_fractions():
     assert _gpu.check_fractions(0.9, 0.1) == []
     assert len(_gpu.check_fractions(0.0, 1.0)) == 2
     assert len(_gpu.check_fractions(1.5, -0.1)) == 2
+
+
+# --- the module's logic: options, checks and result -----------------------------------------------
+
+def _params(**given):
+    """gpu_info's params as AnsibleModule builds them: every option, defaults from argument_spec()."""
+    params = dict((name, spec.get("default")) for name, spec in _gpu.argument_spec().items())
+    params.update(given)
+    return params
+
+
+def test_index_name_is_safetensors_own():
+    assert _gpu.INDEX is _safetensors.INDEX
+
+
+def test_argument_spec_defaults_pass_their_own_checks():
+    spec = _gpu.argument_spec()
+    assert (spec["mem_fraction_static"]["default"], spec["headroom_fraction"]["default"]) == (0.9, 0.1)
+    assert _gpu.check_params(_params()) == []
+    assert _gpu.check_params(_params(tp_size=0, drafter_paths=["/d"], headroom_fraction=1.0)) == [
+        "headroom_fraction must be in [0, 1), got 1.0",
+        "tp_size and nnodes must be at least 1, got tp_size=0 nnodes=1",
+        "drafter_paths needs model_paths (the target the drafter serves)"]
+
+
+def test_facts_of_no_gpus_and_of_a_mixed_host():
+    assert _gpu.facts([], None) == dict(changed=False, gpus=[], gpu_count=0, names=[], compute_caps=[],
+                                        driver_version=None, memory_total_mib=None, nvidia_smi=None)
+    gpus = _gpu.parse_query(gf.SMALL_X2)
+    result = _gpu.facts(gpus, "/usr/bin/nvidia-smi")
+    assert result["names"] == ["NVIDIA L4"] and result["compute_caps"] == ["8.9"]  # [N/A] is left out
+    assert result["memory_total_mib"] == 23034 and result["driver_version"] == "535.230.02"
+
+
+def test_run_warns_then_fails_with_the_facts(tmp_path):
+    target = gf.make_model(str(tmp_path / "t"), total_size=gf.KIMI_BYTES)
+    warnings = []
+    with pytest.raises(ModuleFailure) as exc:
+        _gpu.run(_params(nvidia_smi=str(tmp_path / "none"), require_gpu=False, model_paths=[target]),
+                 warn=warnings.append)
+    assert warnings == ["%s is not an executable file: reporting no GPUs (require_gpu=false)" % (tmp_path / "none")]
+    fields = exc.value.fail_kwargs()
+    assert "needs 1 GPU(s) on this host, it has 0" in fields["msg"]
+    assert fields["gpu_count"] == 0 and fields["models"][0]["bytes"] == gf.KIMI_BYTES and not fields["fit"]["fits"]
+
+
+def test_run_failures_carry_what_is_known(tmp_path):
+    fake = gf.write_fake(str(tmp_path / "bin"), gf.H200_X8)
+    with pytest.raises(ModuleFailure) as exc:
+        _gpu.run(_params(nvidia_smi=fake, mem_fraction_static=0), warn=None)
+    assert exc.value.fail_kwargs() == {"msg": "mem_fraction_static must be in (0, 1], got 0 (SGLang's "
+                                              "--mem-fraction-static)"}
+    broken = gf.write_fake(str(tmp_path / "broken"), stderr=gf.NO_DRIVER, rc=9)
+    with pytest.raises(ModuleFailure) as exc:
+        _gpu.run(_params(nvidia_smi=broken), warn=None)
+    assert exc.value.fields == dict(gpus=[], gpu_count=0) and "exit 9" in exc.value.msg
+    with pytest.raises(ModuleFailure) as exc:
+        _gpu.run(_params(nvidia_smi=fake, model_paths=[str(tmp_path / "absent")]), warn=None)
+    assert exc.value.fields["gpu_count"] == 8 and "not a directory" in exc.value.msg and "fit" not in exc.value.fields
+
+
+def test_run_report_only(tmp_path):
+    fake = gf.write_fake(str(tmp_path / "bin"), gf.H200_X1)
+    target = gf.make_model(str(tmp_path / "t"), total_size=gf.KIMI_BYTES)
+    result = _gpu.run(_params(nvidia_smi=fake, model_paths=[target], tp_size=8, fail_on_problem=False), warn=None)
+    assert result["fit"]["fits"] is False and result["fit"]["problems"] and result["gpu_count"] == 1
+    assert _gpu.run(_params(nvidia_smi=fake), warn=None) == _gpu.facts(_gpu.parse_query(gf.H200_X1), fake)

@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""_sglang_bench: the prompt file, the aggregates, the bench_serving parser, and the built-in load
-generator against the lab's SGLang STAND-IN on loopback (tests/unit/plugins/standin.py).
+"""_sglang_bench: the prompt file, the aggregates; _sglang_bench_serving: the bench_serving parser,
+command and level runs (a fake run_command); _sglang_bench_run: the label check and check mode; and
+the built-in load generator against the lab's SGLang STAND-IN on loopback (tests/unit/plugins/standin.py).
 
 The stand-in is not SGLang (no GPU here). Its delay and accept model is open (its docstring): a
 verify step sleeps STEP_MS (x SPEC_COST when speculative) and emits 1 + Binomial(block - 1, p)
@@ -21,6 +22,9 @@ import numpy as np
 import pytest
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench as bench
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_run as bench_run
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_serving as bench_serving
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 from ansible_collections.gpufleet.llm.tests.unit.plugins import standin
 from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noqa: F401 pylint: disable=unused-import
     free_port, standin_factory)
@@ -183,7 +187,7 @@ def test_bench_serving_parser_reads_recorded_result():
     with open(FIXTURE) as handle:
         text = handle.read()
     raw = json.loads(text.strip().splitlines()[-1])
-    level, records = bench.parse_bench_serving(text)
+    level, records = bench_serving.parse_bench_serving(text)
     # the last line (bench_serving appends one line per run)
     assert level["concurrency"] == raw["max_concurrency"] == 4
     assert level["output_throughput"] == raw["output_throughput"]
@@ -202,21 +206,104 @@ def test_bench_serving_parser_reads_recorded_result():
 
 def test_bench_serving_parser_rejects_other_files():
     with pytest.raises(bench.BenchError, match="no result line"):
-        bench.parse_bench_serving("# nothing\n")
+        bench_serving.parse_bench_serving("# nothing\n")
     with pytest.raises(bench.BenchError, match="no output_throughput"):
-        bench.parse_bench_serving('{"completed": 3}\n')
+        bench_serving.parse_bench_serving('{"completed": 3}\n')
 
 
 def test_bench_serving_command_keeps_the_key_off_argv():
-    argv = bench.bench_serving_command("/opt/sglang/bin/python", "http://127.0.0.1:30000", "/tmp/d.json",
-                                       "/tmp/o.jsonl", 32, 256, 8)
+    argv = bench_serving.bench_serving_command("/opt/sglang/bin/python", "http://127.0.0.1:30000", "/tmp/d.json",
+                                               "/tmp/o.jsonl", 32, 256, 8)
     assert argv[:3] == ["/opt/sglang/bin/python", "-m", "sglang.bench_serving"]
     assert argv[argv.index("--max-concurrency") + 1] == "8"
     assert argv[argv.index("--sharegpt-output-len") + 1] == "256"
     assert argv[argv.index("--dataset-name") + 1] == "sharegpt"
     assert "--output-details" in argv and not any("key" in a.lower() for a in argv)
-    data = bench.sharegpt_dataset(bench.build_requests([dict(prompt="hi there", category="chat")], 2, 8))
+    data = bench_serving.sharegpt_dataset(bench.build_requests([dict(prompt="hi there", category="chat")], 2, 8))
     assert data[1]["conversations"][0] == {"from": "human", "value": "hi there"}
+
+
+def _fake_run_command(calls, probe_rc=0, level_rc=0, fixture=FIXTURE):
+    """AnsibleModule.run_command's shape: records each call; a level run appends the recorded result."""
+    def run_command(argv, cwd=None, environ_update=None):
+        calls.append(dict(argv=argv, cwd=cwd, environ=environ_update))
+        if argv[1] == "-c":
+            return probe_rc, "", "" if probe_rc == 0 else "ModuleNotFoundError: No module named 'sglang'"
+        if level_rc:
+            return level_rc, "", "bench_serving: boom"
+        output = argv[argv.index("--output-file") + 1]
+        with open(fixture) as src, open(output, "a") as out:
+            out.write(src.read())
+        return 0, "done", ""
+    return run_command
+
+
+def test_run_levels_key_in_environment_only_and_cwd_root():
+    calls = []
+    requests = bench.build_requests([dict(prompt="hi", category="chat")], 4, 8)
+    levels, records = bench_serving.run_levels(
+        "/opt/sglang/bin/python", "http://127.0.0.1:30000", requests, levels=[1, 4], max_new_tokens=8,
+        api_key="sk-fake-0123", label="spec", server={"standin": True}, run_command=_fake_run_command(calls))
+    assert [lvl["source"] for lvl in levels] == ["bench_serving", "bench_serving"]
+    assert records and all(r["concurrency"] == 4 for r in records)  # the fixture's own max_concurrency
+    assert [c["cwd"] for c in calls] == ["/", "/", "/"]
+    assert all("sk-fake-0123" not in " ".join(c["argv"]) for c in calls)
+    assert [c["environ"] for c in calls[1:]] == [{"OPENAI_API_KEY": "sk-fake-0123"}] * 2
+
+
+def test_run_levels_failures_carry_what_ran():
+    requests = bench.build_requests([dict(prompt="hi", category="chat")], 2, 8)
+    kwargs = dict(levels=[2], max_new_tokens=8, api_key=None, label="spec", server={"version": "x"})
+    with pytest.raises(ModuleFailure) as exc:
+        bench_serving.run_levels("/py", "http://h:1", requests, run_command=_fake_run_command([], probe_rc=3), **kwargs)
+    assert "/py cannot import sglang.bench_serving (rc 3: ModuleNotFoundError" in exc.value.msg
+    assert exc.value.fail_kwargs() == {"msg": exc.value.msg}  # nothing ran: nothing to report
+    with pytest.raises(ModuleFailure) as exc:
+        bench_serving.run_levels("/py", "http://h:1", requests, run_command=_fake_run_command([], level_rc=1), **kwargs)
+    assert "sglang.bench_serving exited 1 at concurrency 2: bench_serving: boom" in exc.value.msg
+    assert exc.value.fail_kwargs() == dict(msg=exc.value.msg, levels=[], records=[], server={"version": "x"})
+
+
+def test_label_check_names_the_server():
+    spec_server = dict(speculative=True, speculative_algorithm="DFLASH")
+    plain = dict(speculative=False, speculative_algorithm=None)
+    bench_run.check_label(spec_server, "spec", "http://h:1")
+    bench_run.check_label(plain, "baseline", "http://h:1")
+    with pytest.raises(ModuleFailure) as exc:
+        bench_run.check_label(plain, "spec", "http://h:1")
+    assert "runs without speculative decoding" in exc.value.msg and exc.value.fields == dict(server=plain)
+    with pytest.raises(ModuleFailure) as exc:
+        bench_run.check_label(spec_server, "baseline", "http://h:1")
+    assert "still runs speculative decoding (speculative_algorithm DFLASH)" in exc.value.msg
+
+
+def _params(**given):
+    """The module's params as AnsibleModule builds them: every option, defaults from argument_spec()."""
+    params = dict((name, spec.get("default")) for name, spec in bench.argument_spec().items())
+    params.update(given)
+    return params
+
+
+def test_argument_spec_is_the_one_source():
+    spec = bench.argument_spec()
+    assert spec["engine"]["choices"] == list(bench.ENGINES) and spec["label"]["choices"] == list(bench.LABELS)
+    assert spec["request_timeout"]["default"] == bench.DEFAULT_REQUEST_TIMEOUT
+    assert spec["api_key"]["no_log"] is True and spec["prompts"]["required"] is True
+    assert bench.validate(**dict((k, v) for k, v in _params().items() if k in (
+        "concurrency", "num_requests", "max_new_tokens", "engine", "label", "request_timeout"))) == []
+
+
+def test_run_check_mode_sends_nothing_and_failures_carry_base():
+    url = "http://127.0.0.1:%d" % free_port()  # nothing listens: check mode must not try
+    res = bench_run.run(_params(url=url + "/", prompts=SHIPPED_PROMPTS), check_mode=True, run_command=None, warn=None)
+    assert res["url"] == url and res["changed"] is False
+    assert res["workload"]["prompt_count"] == 30 and "levels" not in res
+    with pytest.raises(ModuleFailure) as exc:
+        bench_run.run(_params(prompts=SHIPPED_PROMPTS, num_requests=0, url="ftp://h"), check_mode=True,
+                      run_command=None, warn=None)
+    fields = exc.value.fail_kwargs()
+    assert "num_requests must be >= 1" in fields["msg"] and "scheme must be http" in fields["msg"]
+    assert fields["url"] == "ftp://h" and fields["label"] == "spec" and fields["changed"] is False
 
 
 # --- the built-in load generator against the stand-in ------------------------------------------------------

@@ -9,6 +9,7 @@ parser, ConfigArgumentMerger and SpeculativeAlgorithm give every answer.
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -16,7 +17,9 @@ import sys
 
 import pytest
 
+from ansible_collections.gpufleet.llm.plugins.module_utils import _secrets
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_check as sc
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import sglang_configs as cfg
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
     SGLANG_VERSION, sglang_python)
@@ -71,6 +74,56 @@ def test_interpreter_without_sglang(tmp_path):
 
 def test_main_usage(capsys):
     assert sc.main([]) == 2
+
+
+def test_mask_is_the_collections_and_the_scripts_copy_matches_it():
+    # In-process the checker uses _secrets.MASK; run as a script by SGLang's interpreter it cannot
+    # import the collection and spells the mask out: that copy must stay equal.
+    assert sc.MASK is _secrets.MASK
+    copies = [node.value.value for node in ast.walk(ast.parse(sc.script_source()))
+              if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "MASK" for t in node.targets)]
+    assert copies == [_secrets.MASK]
+
+
+def _fake_checker(answer, calls):
+    """AnsibleModule.run_command's shape, answering like the checker would."""
+    def run_command(argv, data=None, binary_data=False, cwd=None):
+        calls.append(dict(argv=argv, data=data, binary_data=binary_data, cwd=cwd))
+        return 0, "banner\n%s%s\n" % (sc.MARKER, json.dumps(answer)), ""
+    return run_command
+
+
+def test_run_feeds_the_script_on_stdin_and_warns_notices(tmp_path):
+    config = cfg.write(str(tmp_path), "good", cfg.GOOD)
+    answer = dict(ok=True, version="0.5.23", options={"tp-size": 8}, problems=[], notices=["tp: abbreviation"],
+                  import_error=None, python="/ignored", config="/ignored")
+    calls, warnings = [], []
+    params = dict(config=config, python=sys.executable, expect_version="0.5.23")
+    result = sc.run(params, run_command=_fake_checker(answer, calls), warn=warnings.append)
+    assert calls == [dict(argv=sc.command(sys.executable, config, "0.5.23"), data=sc.script_source(),
+                          binary_data=True, cwd="/")]
+    assert warnings == ["tp: abbreviation"]
+    expected = dict(answer, changed=False, python=sys.executable, config=config)
+    del expected["import_error"]
+    assert result == expected
+
+
+def test_run_failures_carry_their_result(tmp_path):
+    config = cfg.write(str(tmp_path), "good", cfg.GOOD)
+    params = dict(config=config, python=sys.executable, expect_version=None)
+    rejected = dict(ok=False, version="0.5.23", options={}, problems=["tp_size: underscore key"], notices=[],
+                    import_error=None, config=config)
+    with pytest.raises(ModuleFailure) as exc:
+        sc.run(params, run_command=_fake_checker(rejected, []), warn=None)
+    assert exc.value.msg == "SGLang 0.5.23 rejects %s: 1 problem(s): tp_size: underscore key" % config
+    assert exc.value.fields["problems"] == ["tp_size: underscore key"] and exc.value.fields["changed"] is False
+    with pytest.raises(ModuleFailure) as exc:
+        sc.run(params, run_command=_fake_checker(dict(rejected, import_error="ImportError: x"), []), warn=None)
+    assert exc.value.fields == dict(changed=False, ok=False, config=config, python=sys.executable, problems=[],
+                                    notices=[], import_error="ImportError: x")
+    with pytest.raises(ModuleFailure) as exc:
+        sc.run(dict(params, python=str(tmp_path / "nope")), run_command=None, warn=None)
+    assert "is not an executable file" in exc.value.msg and exc.value.fields["ok"] is False
 
 
 # --- the real SGLang ------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import threading
 
 import pytest
 
+from ansible_collections.gpufleet.llm.plugins.module_utils import _hub
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_http as h
 from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noqa: F401 pylint: disable=unused-import
     free_port, standin_factory)
@@ -108,6 +109,35 @@ def test_not_json_2xx_raises_and_non_json_error_is_returned(not_sglang):
     assert exc.value.status == 200 and "not JSON" in exc.value.msg and "/html" in exc.value.msg
     status, data = h.call(not_sglang, "/other")
     assert status == 500 and data == {"error": "oops, not json"}
+
+
+class _Redirects(http.server.BaseHTTPRequestHandler):
+    """Answers every path with a 302 to /elsewhere, and records what each request carried."""
+
+    def do_GET(self):  # noqa: N802  pylint: disable=invalid-name
+        self.server.seen.append((self.path, self.headers.get("Authorization")))
+        self.send_response(302)
+        self.send_header("Location", "/elsewhere")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):  # pylint: disable=arguments-differ
+        pass
+
+
+def test_a_redirect_is_answered_not_followed():
+    assert h.NoRedirect is _hub.NoRedirect  # one redirect guard for the Hub and SGLang clients
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Redirects)
+    server.seen = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        status, data = h.call("http://127.0.0.1:%d" % server.server_address[1], "/model_info", api_key=API_KEY)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (status, data) == (302, None)
+    assert server.seen == [("/model_info", "Bearer " + API_KEY)]  # the key never went to /elsewhere
 
 
 # --- against the stand-in -------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import os
 import pytest
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_report as report
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_bench, sglang_bench_report
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
 from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noqa: F401 pylint: disable=unused-import
@@ -161,3 +162,16 @@ def test_schema_check_names_problems():
     assert "$.schema_version: 2 is not one of [1]" in problems
     assert "$: missing key 'generated_at'" in problems
     assert "$.standin: expected boolean, got str" in problems
+
+
+def test_report_paths_and_run_in_check_mode(out, results):
+    paths = report.report_paths(str(out), "gpu1", "T", plots=False)
+    assert paths == dict(json=str(out / "benchmark-gpu1-T.json"), markdown=str(out / "benchmark-gpu1-T.md"),
+                         throughput_png=None, accept_length_png=None)
+    assert report.report_paths(str(out), "gpu1", "T", plots=True) == report.file_names(str(out), "gpu1", "T")
+    params = dict((name, spec.get("default")) for name, spec in report.argument_spec().items())
+    params.update(dest=str(out), host="gpu1", spec=results[0], timestamp="T", plots=False)
+    res = report.run(params, check_mode=True)
+    assert res["files"] == paths and res["changed"] is True and os.listdir(str(out)) == []
+    with pytest.raises(ModuleFailure, match="is not a directory"):
+        report.run(dict(params, dest=str(out / "missing")), check_mode=False)

@@ -6,12 +6,14 @@ check mode, and the API key never in any output (the output is checked as printe
 from __future__ import annotations
 
 import os
+import re
 import stat
 
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_config
+from ansible_collections.gpufleet.llm.plugins.module_utils import _secrets, _sglang_config
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_config
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
 
@@ -86,3 +88,27 @@ def test_mask_text_handles_hand_written_files():
     masked = _sglang_config.mask_text(text)
     assert "hunter2" not in masked and "'x'" not in masked
     assert "port: 30000" in masked and "max-total-tokens: 5" in masked
+
+
+def test_one_mask_for_the_collection():
+    assert _sglang_config.MASK is _secrets.MASK
+    assert _sglang_config.mask_text("x: hunter2\n", ["hunter2", ""]) == "x: %s\n" % _secrets.MASK
+
+
+def test_file_mode_and_owner_ids():
+    assert _sglang_config.file_mode("0640") == 0o640 and _sglang_config.file_mode(0o600) == 0o600
+    with pytest.raises(ModuleFailure, match=re.escape("mode must be octal like 0640, got 'u+rw'")):
+        _sglang_config.file_mode("u+rw")
+    assert _sglang_config.owner_ids(None, None) == (-1, -1)
+    assert _sglang_config.owner_ids("0", "0") == (0, 0) and _sglang_config.owner_ids("root", None) == (0, -1)
+    with pytest.raises(ModuleFailure, match="create the service user first"):
+        _sglang_config.owner_ids("no-such-user-gpufleet", None)
+
+
+def test_run_unchanged_leaves_attributes_to_the_module(tmp_path):
+    params = dict((name, spec.get("default")) for name, spec in _sglang_config.argument_spec().items())
+    params.update(path=str(tmp_path / "kimi.yaml"), options=OPTIONS)
+    first = _sglang_config.run(params, check_mode=False)
+    assert first["changed"] and "diff" in first and "previous" not in first
+    again = _sglang_config.run(params, check_mode=False)
+    assert again == dict(changed=False, path=params["path"], options=first["options"])

@@ -185,3 +185,22 @@ def test_probe_error_keeps_partial_result():
                                  validate_certs=True, ca_path=None))
     assert exc.value.result["healthy"] is False and exc.value.result["changed"] is False
     assert "(1 polls every 1s)" in exc.value.msg
+
+
+def _params(**given):
+    """sglang_probe's params as AnsibleModule builds them: every option, defaults from argument_spec()."""
+    params = dict((name, spec.get("default")) for name, spec in _sglang_probe.argument_spec().items())
+    params.update(given)
+    return params
+
+
+def test_run_warns_notices_on_failure_too(standin_factory, golden):
+    target, drafter = _paths(golden)
+    server = standin_factory(target, wait="ready")
+    warnings = []
+    with pytest.raises(_sglang_probe.ProbeError) as exc:
+        _sglang_probe.run(_params(url=server.url, expect_model_path=drafter), warn=warnings.append)
+    assert warnings == [_sglang_probe.STANDIN_NOTICE]
+    fields = exc.value.fail_kwargs()
+    assert "notices" not in fields and fields["model_path"] == target and fields["standin"] is True
+    assert fields["msg"] == exc.value.msg and "expected %s" % drafter in fields["msg"]
