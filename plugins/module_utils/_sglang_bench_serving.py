@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Any, Callable
+from typing import Callable
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench as bench
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
@@ -69,7 +69,7 @@ def parse_bench_serving(text: str, concurrency: int | None = None) -> tuple[dict
         raise bench.BenchError("bench_serving's output file does not end with a JSON line (%s)" % exc)
     if not isinstance(data, dict) or "output_throughput" not in data:
         raise bench.BenchError("bench_serving's result has no output_throughput: not a bench_serving result "
-                         "(keys: %s)" % ", ".join(sorted(data)[:20] if isinstance(data, dict) else []))
+                               "(keys: %s)" % ", ".join(sorted(data)[:20] if isinstance(data, dict) else []))
 
     def sec(key):
         value = bench.as_number(data.get(key))

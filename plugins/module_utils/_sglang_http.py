@@ -231,10 +231,10 @@ def stream_generate(base_url: str, body: dict | None, *, api_key: str | None = N
                 chunk = json.loads(payload.decode("utf-8"))
             except ValueError:
                 raise SGLangHTTPError(_secrets.mask("POST %s%s stream: an event that is not JSON: %r"
-                                             % (base_url, path, payload[:_SNIPPET]), api_key), status, path)
+                                                    % (base_url, path, payload[:_SNIPPET]), api_key), status, path)
             if isinstance(chunk, dict) and "error" in chunk and "meta_info" not in chunk:
                 raise SGLangHTTPError(_secrets.mask("POST %s%s stream: the server reported an error: %s"
-                                             % (base_url, path, error_text(chunk)), api_key), status, path)
+                                                    % (base_url, path, error_text(chunk)), api_key), status, path)
             yield now, chunk
 
 
