@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
+import ready
 from conftest import start_hub_process, stop_hub_process
 from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub.errors import HfHubHTTPError
@@ -253,8 +254,12 @@ def test_request_log_contents(hub, lab_tokens):
     assert "sig=" in cdn["query"] and cdn["path"].startswith("/cdn/")
     assert cfg["status"] == 200 and cfg["bytes_sent"] > 0 and cfg["client"].startswith("127.0.0.1:")
     assert token not in json.dumps(log)
-    # The --log file holds the same entries as JSON lines, and no token either.
-    time.sleep(0.1)
+    # The --log file holds the same entries as JSON lines, and no token either (once the last
+    # entry is written: the file is line-buffered, the in-memory log may be a moment ahead).
+    def written():
+        return any(json.loads(line)["seq"] == cfg["seq"] for line in hub.log_file.read_text().splitlines())
+
+    ready.wait_until(written, alive=hub.proc, what=f"the Hub's --log line of entry {cfg['seq']}", timeout=10)
     text = hub.log_file.read_text()
     assert token not in text
     tail = [json.loads(line) for line in text.splitlines()[-5:]]
