@@ -18,11 +18,13 @@ Retry-After shows up (aria2 itself ignores it).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import re
-import signal
 import subprocess
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 # aria2's exit codes (its man page, "EXIT STATUS"), in the words an operator needs.
 EXIT_CODES = {
@@ -66,7 +68,27 @@ GID_WIDTH = 6
 Aria2File = collections.namedtuple("Aria2File", ["key", "url", "dir", "out", "sha256", "size"])
 # status: "OK", "ERR", "INPR" (still running when aria2 stopped), "RM" or "missing" (not in the table)
 FileOutcome = collections.namedtuple("FileOutcome", ["status", "code", "message", "http_status"])
-RunResult = collections.namedtuple("RunResult", ["returncode", "meaning", "outcomes", "retry_after", "killed", "stdout_tail"])
+RunResult = collections.namedtuple("RunResult", ["returncode", "meaning", "outcomes", "retry_after", "stdout_tail"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Aria2Settings:
+    """How aria2c runs: its path, the proxy (in its input file) and its tuning (on its argv)."""
+
+    aria2c: str
+    connections: int
+    splits: int
+    parallel_files: int
+    min_split_size: str
+    timeout: int
+    retry_wait: int
+    validate_certs: bool
+    ca_path: str | None
+    proxy: str | None
+
+    def tuning(self) -> dict[str, Any]:
+        """build_argv's tuning keywords."""
+        return {key: value for key, value in dataclasses.asdict(self).items() if key not in ("aria2c", "proxy")}
 
 
 class Aria2Error(Exception):
@@ -110,9 +132,8 @@ def write_input(path, text):
     os.chmod(path, 0o600)  # O_CREAT's mode does not apply to a file that already existed
 
 
-def build_argv(aria2c, input_file, log_file, connections=16, splits=16, parallel_files=2, min_split_size="8M",
-               timeout=60, connect_timeout=30, retry_wait=2, inner_tries=5, auto_save_interval=1,
-               validate_certs=True, ca_path=None, summary_interval=0):
+def build_argv(aria2c: str, input_file: str, log_file: str, *, connections: int, splits: int, parallel_files: int,
+               min_split_size: str, timeout: int, retry_wait: int, validate_certs: bool, ca_path: str | None) -> list[str]:
     """aria2c's argv: tuning only, no URL, no header, no secret."""
     argv = [
         aria2c,
@@ -123,18 +144,19 @@ def build_argv(aria2c, input_file, log_file, connections=16, splits=16, parallel
         # none: no time lost preallocating 9 GB shards, and allocated blocks then measure progress
         "--file-allocation=none",
         # a SIGKILL loses at most this many seconds of progress (default 60)
-        "--auto-save-interval=%d" % auto_save_interval,
+        "--auto-save-interval=1",
         "--max-connection-per-server=%d" % min(16, max(1, connections)),
         "--split=%d" % max(1, splits),
         "--max-concurrent-downloads=%d" % max(1, parallel_files),
         "--min-split-size=%s" % min_split_size,
         "--timeout=%d" % timeout,
-        "--connect-timeout=%d" % connect_timeout,
+        "--connect-timeout=30",
         # aria2 retries 502/503 and network errors itself only with a non-zero wait
-        "--max-tries=%d" % inner_tries,
+        "--max-tries=5",
         "--retry-wait=%d" % max(1, retry_wait),
         "--check-certificate=%s" % ("true" if validate_certs else "false"),
-        "--summary-interval=%d" % summary_interval,
+        # no periodic progress lines in its stdout: progress is measured from the staging files
+        "--summary-interval=0",
         "--download-result=full",
         "--enable-color=false",
         "--console-log-level=warn",
@@ -250,83 +272,61 @@ def completed_paths(lines):
     return found
 
 
-def run(files, workdir, aria2c="aria2c", tick=None, tick_interval=2.0, deadline=None, proxy=None,
-        on_complete=None, poll_interval=0.1, **tuning):
-    """Fetch ``files`` (Aria2File) with one aria2c; returns RunResult with an outcome per file key.
+class _Completions(object):
+    """Hands each file aria2's log reports finished to ``on_complete(key)``, once it is in the log."""
 
-    ``workdir`` (ours, mode 0700) holds the input file, aria2's stdout and log, all removed before
-    returning. ``tick()`` is called every ``tick_interval`` s while aria2 runs (progress);
-    ``on_complete(key)`` as soon as aria2's log says a file finished (every ``poll_interval`` s), so
-    the caller can hash it while the others still download; ``deadline`` (monotonic time) stops
-    aria2 with SIGTERM, then SIGKILL, when reached.
-    """
-    os.makedirs(workdir, mode=0o700, exist_ok=True)
-    input_file = os.path.join(workdir, "aria2-input.txt")
-    log_file = os.path.join(workdir, "aria2.log")
-    out_file = os.path.join(workdir, "aria2.out")
-    for leftover in (log_file, out_file):
-        if os.path.exists(leftover):
-            os.unlink(leftover)
-    write_input(input_file, render_input(files, proxy=proxy))
-    argv = build_argv(aria2c, input_file, log_file, **tuning)
-    killed = False
+    def __init__(self, files: Sequence[Aria2File], log_file: str, on_complete: Callable[[str], None] | None) -> None:
+        self.on_complete = on_complete
+        self.by_path = {os.path.join(item.dir, item.out): item.key for item in files}
+        self.tail = _LogTail(log_file)
+
+    def report(self) -> None:
+        if self.on_complete is None:
+            return
+        for path in completed_paths(self.tail.lines()):
+            if path in self.by_path:
+                self.on_complete(self.by_path[path])
+
+
+def _start(argv: list[str], out_file: str) -> subprocess.Popen:
+    """aria2c with its stdout and stderr in ``out_file``; Aria2Error when it cannot be started."""
+    fd = os.open(out_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # umask 077 (inherited by aria2c): its log, which holds response headers, is 0600 too
+    old_umask = os.umask(0o077)
     try:
-        fd = os.open(out_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        # umask 077 (inherited by aria2c): its log, which holds response headers, is 0600 too
-        old_umask = os.umask(0o077)
-        try:
-            proc = subprocess.Popen(  # pylint: disable=consider-using-with
-                argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT, close_fds=True,
-            )
-        except OSError as exc:
-            raise Aria2Error("cannot run %s: %s" % (aria2c, exc))
-        finally:
-            os.umask(old_umask)
-            os.close(fd)
-        by_path = {os.path.join(item.dir, item.out): item.key for item in files}
-        tail = _LogTail(log_file)
-
-        def report_completed():
-            if on_complete is None:
-                return
-            for path in completed_paths(tail.lines()):
-                if path in by_path:
-                    on_complete(by_path[path])
-
-        next_tick = time.monotonic() + tick_interval
-        while True:
-            wait = next_tick - time.monotonic()
-            if on_complete is not None:
-                wait = min(poll_interval, wait)
-            wait = max(0.01, wait)
-            try:
-                proc.wait(timeout=wait)
-                report_completed()
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            report_completed()
-            if time.monotonic() >= next_tick:
-                next_tick = time.monotonic() + tick_interval
-                if tick is not None:
-                    tick()
-            if deadline is not None and time.monotonic() > deadline:
-                killed = True
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                break
-        stdout = _read(out_file)
-        log_text = _read(log_file)
+        return subprocess.Popen(  # pylint: disable=consider-using-with
+            argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT, close_fds=True,
+        )
+    except OSError as exc:
+        raise Aria2Error("cannot run %s: %s" % (argv[0], exc))
     finally:
-        for path in (input_file, log_file, out_file):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        os.umask(old_umask)
+        os.close(fd)
+
+
+def _watch(proc: subprocess.Popen, completions: _Completions, *, tick: Callable[[], Any] | None,
+           tick_interval: float, poll_interval: float) -> None:
+    """Wait for aria2c to exit, reporting completed files and calling ``tick`` on the way."""
+    next_tick = time.monotonic() + tick_interval
+    while True:
+        wait = next_tick - time.monotonic()
+        if completions.on_complete is not None:
+            wait = min(poll_interval, wait)
+        try:
+            proc.wait(timeout=max(0.01, wait))
+            completions.report()
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        completions.report()
+        if time.monotonic() >= next_tick:
+            next_tick = time.monotonic() + tick_interval
+            if tick is not None:
+                tick()
+
+
+def _outcomes(files: Sequence[Aria2File], returncode: int, stdout: str, log_text: str) -> RunResult:
+    """Each file's outcome from the results table and the log, the exit code standing in where they say nothing."""
     table = parse_results(stdout)
     errors, checksum_failed, retry_after = parse_log(log_text + "\n" + stdout)
     outcomes = {}
@@ -336,8 +336,42 @@ def run(files, workdir, aria2c="aria2c", tick=None, tick_interval=2.0, deadline=
         if os.path.join(item.dir, item.out) in checksum_failed:
             code, message = 32, "sha256 of the downloaded bytes does not match the Hub's"
         if status != "OK" and code is None:
-            code = proc.returncode if proc.returncode not in (0, None) else None
+            code = returncode if returncode not in (0, None) else None
             message = explain(code) if code is not None else "aria2 stopped before this file finished"
         outcomes[item.key] = FileOutcome(status, code, message, http_status)
     tail = "\n".join(line for line in stdout.splitlines()[-20:])
-    return RunResult(proc.returncode, explain(proc.returncode), outcomes, retry_after, killed, tail)
+    return RunResult(returncode, explain(returncode), outcomes, retry_after, tail)
+
+
+def run(files: Sequence[Aria2File], workdir: str, settings: Aria2Settings, *, tick: Callable[[], Any] | None = None,
+        tick_interval: float = 2.0, on_complete: Callable[[str], None] | None = None,
+        poll_interval: float = 0.1) -> RunResult:
+    """Fetch ``files`` (Aria2File) with one aria2c; returns RunResult with an outcome per file key.
+
+    ``workdir`` (ours, mode 0700) holds the input file, aria2's stdout and log, all removed before
+    returning. ``tick()`` is called every ``tick_interval`` s while aria2 runs (progress);
+    ``on_complete(key)`` as soon as aria2's log says a file finished (every ``poll_interval`` s), so
+    the caller can hash it while the others still download.
+    """
+    os.makedirs(workdir, mode=0o700, exist_ok=True)
+    input_file = os.path.join(workdir, "aria2-input.txt")
+    log_file = os.path.join(workdir, "aria2.log")
+    out_file = os.path.join(workdir, "aria2.out")
+    for leftover in (log_file, out_file):
+        if os.path.exists(leftover):
+            os.unlink(leftover)
+    write_input(input_file, render_input(files, proxy=settings.proxy))
+    argv = build_argv(settings.aria2c, input_file, log_file, **settings.tuning())
+    try:
+        proc = _start(argv, out_file)
+        _watch(proc, _Completions(files, log_file, on_complete), tick=tick, tick_interval=tick_interval,
+               poll_interval=poll_interval)
+        stdout = _read(out_file)
+        log_text = _read(log_file)
+    finally:
+        for path in (input_file, log_file, out_file):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    return _outcomes(files, proc.returncode, stdout, log_text)

@@ -26,7 +26,6 @@ as soon as aria2's log says it is complete, while the other files still download
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +34,8 @@ from typing import Any, NamedTuple
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hashing, _hub, _manifest
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_plan, _snapshot_staging
+# Aria2Settings is part of Transfer's interface: a caller builds it from here, as from _aria2.
+from ansible_collections.gpufleet.llm.plugins.module_utils._aria2 import Aria2Settings
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError, backoff
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_progress import PROGRESS_INTERVAL
 
@@ -146,26 +147,6 @@ class HubSource(object):
             raise SourceError("GET: %s" % exc.message, exc.retry_after or 0.0)
         except OSError as exc:
             raise SourceError("GET: %s" % exc)
-
-
-@dataclasses.dataclass(frozen=True)
-class Aria2Settings:
-    """How aria2c runs: its path, the proxy (in its input file) and its tuning (on its argv)."""
-
-    aria2c: str
-    connections: int
-    splits: int
-    parallel_files: int
-    min_split_size: str
-    timeout: int
-    retry_wait: int
-    validate_certs: bool
-    ca_path: str | None
-    proxy: str | None
-
-    def tuning(self) -> dict[str, Any]:
-        """_aria2.run's tuning keywords."""
-        return {key: value for key, value in dataclasses.asdict(self).items() if key not in ("aria2c", "proxy")}
 
 
 class Transfer(object):
@@ -307,9 +288,8 @@ class _Round(object):
         mark = time.monotonic()
         try:
             result = _aria2.run(
-                jobs, os.path.join(t.staging, _snapshot_staging.ARIA2_WORKDIR), aria2c=t.aria2.aria2c,
-                tick=t.progress.write, tick_interval=PROGRESS_INTERVAL, proxy=t.aria2.proxy,
-                on_complete=self._hash_later, **t.aria2.tuning())
+                jobs, os.path.join(t.staging, _snapshot_staging.ARIA2_WORKDIR), t.aria2,
+                tick=t.progress.write, tick_interval=PROGRESS_INTERVAL, on_complete=self._hash_later)
             mark = t.timings.took("aria2", mark)
             for item, url in batch:
                 if result.outcomes[item.key].status == "OK":

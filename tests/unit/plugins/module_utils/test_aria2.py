@@ -1,17 +1,30 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""_aria2: input file, argv, result parsing, and real aria2c runs against the lab Hub."""
+"""_aria2: input file, argv, result parsing, a run against a stand-in aria2c, and real aria2c runs
+against the lab Hub."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
+import sys
 import urllib.request
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2
+from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _snapshot_settings
 
 SHA = "ab" * 32
+
+
+def settings(**overrides):
+    """Aria2Settings with the tuning hf_snapshot gives aria2 by default (its argument spec), overlaid."""
+    s = _snapshot_settings.Settings.from_params({"repo_id": "org/name", "dest": "/d"})
+    values = dict(aria2c="aria2c", connections=s.connections, splits=s.splits, parallel_files=s.parallel_files,
+                  min_split_size=s.min_split_size, timeout=s.timeout, retry_wait=s.retry_wait,
+                  validate_certs=s.validate_certs, ca_path=s.ca_path, proxy=s.proxy)
+    values.update(overrides)
+    return _aria2.Aria2Settings(**values)
 
 
 def test_render_input_per_file_options():
@@ -55,8 +68,8 @@ def test_write_input_is_0600_even_over_an_existing_file(tmp_path):
 
 
 def test_argv_has_tuning_only():
-    argv = _aria2.build_argv("aria2c", "/d/in.txt", "/d/log", connections=16, splits=16, parallel_files=6,
-                             min_split_size="20M")
+    argv = _aria2.build_argv("aria2c", "/d/in.txt", "/d/log", **settings(connections=16, splits=16, parallel_files=6,
+                                                                          min_split_size="20M").tuning())
     joined = " ".join(argv)
     assert "http" not in joined and "header" not in joined and "Authorization" not in joined
     for expected in ("--continue=true", "--auto-file-renaming=false", "--auto-save-interval=1",
@@ -64,7 +77,124 @@ def test_argv_has_tuning_only():
                      "--min-split-size=20M", "--input-file=/d/in.txt"):
         assert expected in argv
     # aria2 caps -x at 16
-    assert "--max-connection-per-server=16" in _aria2.build_argv("aria2c", "i", "l", connections=64)
+    assert "--max-connection-per-server=16" in _aria2.build_argv("aria2c", "i", "l", **settings(connections=64).tuning())
+
+
+def default_argv(aria2c, workdir):
+    """aria2c's argv for hf_snapshot's default tuning, as it was before the tuning became Aria2Settings."""
+    return [
+        aria2c, "--input-file=%s/aria2-input.txt" % workdir, "--continue=true", "--auto-file-renaming=false",
+        "--allow-overwrite=false", "--file-allocation=none", "--auto-save-interval=1", "--max-connection-per-server=16",
+        "--split=16", "--max-concurrent-downloads=6", "--min-split-size=8M", "--timeout=60", "--connect-timeout=30",
+        "--max-tries=5", "--retry-wait=2", "--check-certificate=true", "--summary-interval=0", "--download-result=full",
+        "--enable-color=false", "--console-log-level=warn", "--log=%s/aria2.log" % workdir, "--log-level=info",
+        "--human-readable=false", "--uri-selector=inorder", "--remote-time=false", "--conditional-get=false",
+        "--always-resume=true", "--max-resume-failure-tries=0", "--stop-with-process=%d" % os.getpid(),
+    ]
+
+
+def test_argv_for_the_default_tuning_is_unchanged():
+    assert _aria2.build_argv("aria2c", "/w/aria2-input.txt", "/w/aria2.log", **settings().tuning()) == default_argv(
+        "aria2c", "/w")
+    # the options that change it: certificates, a CA, the tuning; the proxy never goes on argv
+    argv = _aria2.build_argv("/bin/a2", "/w/in", "/w/log", **settings(
+        validate_certs=False, ca_path="/ca.pem", connections=0, splits=0, parallel_files=0, retry_wait=0,
+        proxy="http://u:p@proxy:3128").tuning())
+    assert argv[0] == "/bin/a2" and argv[-1] == "--ca-certificate=/ca.pem"
+    for expected in ("--check-certificate=false", "--max-connection-per-server=1", "--split=1",
+                     "--max-concurrent-downloads=1", "--retry-wait=1"):
+        assert expected in argv
+    assert not any("proxy" in arg for arg in argv)
+
+
+def test_input_file_for_the_default_tuning_is_unchanged():
+    files = [
+        _aria2.Aria2File("k1", "http://cdn/a?sig=1", "/d/s", "k1", SHA, 10),
+        _aria2.Aria2File("k2", "http://hub/b", "/d/s", "k2", None, 5),
+    ]
+    assert _aria2.render_input(files, proxy=settings().proxy) == (
+        "http://cdn/a?sig=1\n  dir=/d/s\n  out=k1\n  gid=0000010000000000\n  checksum=sha-256=%s\n"
+        "http://hub/b\n  dir=/d/s\n  out=k2\n  gid=0000020000000000\n" % SHA)
+
+
+# A stand-in for aria2c: records its argv and input file, reports the first file complete in its log,
+# fails the second (404), never mentions the third, and exits with the code given.
+STAND_IN = """#!%(python)s
+import json, sys
+opts = dict(arg[2:].split("=", 1) for arg in sys.argv[1:])
+with open(opts["input-file"]) as handle:
+    text = handle.read()
+with open(%(capture)r, "w") as handle:
+    json.dump({"argv": sys.argv, "input": text}, handle)
+with open(opts["log"], "a") as log:
+    log.write("2026-12-02 14:16:02.44 [NOTICE] [RequestGroup.cc:1214] Download complete: %(first)s\\n")
+    log.write("Exception: [AbstractCommand.cc:351] errorCode=3 URI=http://hub/b\\n")
+print("000001|OK  |   3.1MiB/s|100|%(first)s")
+print("000002|ERR |       0B/s|  -|/d/s/k2")
+sys.exit(%(code)d)
+"""
+
+
+def stand_in(tmp_path, code):
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    capture = tmp_path / "capture.json"
+    script = tmp_path / "aria2c"
+    script.write_text(STAND_IN % {"python": sys.executable, "capture": str(capture),
+                                  "first": str(staging / "k1"), "code": code})
+    os.chmod(script, 0o755)
+    return str(script), str(staging), capture
+
+
+def three_files(staging):
+    return [
+        _aria2.Aria2File("k1", "http://cdn/a?sig=1", staging, "k1", SHA, 10),
+        _aria2.Aria2File("k2", "http://hub/b", staging, "k2", None, 5),
+        _aria2.Aria2File("k3", "http://hub/c", staging, "k3", None, 5),
+    ]
+
+
+def test_run_passes_the_default_argv_and_input_file_and_reads_the_outcomes(tmp_path):
+    aria2c, staging, capture = stand_in(tmp_path, 3)
+    files = three_files(staging)
+    completed = []
+    workdir = str(tmp_path / "run")
+    result = _aria2.run(files, workdir, settings(aria2c=aria2c), on_complete=completed.append)
+    seen = json.loads(capture.read_text())
+    assert seen["argv"] == default_argv(aria2c, workdir)
+    assert seen["input"] == _aria2.render_input(files)
+    assert completed == ["k1"]
+    assert result.returncode == 3 and result.meaning == _aria2.explain(3)
+    assert result.outcomes["k1"] == _aria2.FileOutcome("OK", None, None, None)
+    assert result.outcomes["k2"] == _aria2.FileOutcome("ERR", 3, _aria2.explain(3), None)
+    # not in the results table: the exit code stands in
+    assert result.outcomes["k3"] == _aria2.FileOutcome("missing", 3, _aria2.explain(3), None)
+    assert "000002|ERR" in result.stdout_tail and result.retry_after is None
+    assert os.listdir(workdir) == []
+
+
+def test_run_without_an_exit_code_to_blame(tmp_path):
+    aria2c, staging, capture = stand_in(tmp_path, 0)
+    files = three_files(staging)
+    result = _aria2.run(files, str(tmp_path / "run"), settings(aria2c=aria2c, proxy="http://u:p@proxy:3128"))
+    seen = json.loads(capture.read_text())
+    assert seen["input"] == _aria2.render_input(files, proxy="http://u:p@proxy:3128")
+    assert seen["input"].count("  all-proxy=http://u:p@proxy:3128\n") == 3
+    assert not any("proxy" in arg for arg in seen["argv"])
+    assert result.returncode == 0 and result.meaning == _aria2.explain(0)
+    assert result.outcomes["k2"] == _aria2.FileOutcome("ERR", 3, _aria2.explain(3), None)  # from the log
+    assert result.outcomes["k3"] == _aria2.FileOutcome("missing", None, "aria2 stopped before this file finished", None)
+
+
+def test_run_reports_an_aria2c_that_cannot_start(tmp_path):
+    workdir = tmp_path / "run"
+    try:
+        _aria2.run([], str(workdir), settings(aria2c=str(tmp_path / "no-aria2c")))
+    except _aria2.Aria2Error as exc:
+        assert "cannot run %s" % (tmp_path / "no-aria2c") in str(exc)
+    else:
+        raise AssertionError("a missing aria2c must raise Aria2Error")
+    assert os.listdir(workdir) == []
 
 
 def test_exit_code_meanings_from_the_field():
@@ -154,9 +284,9 @@ def test_real_run_ok_checksum_failure_and_404(lab_hub, aria2c, tmp_path):
     ]
     ticks = []
     completed = []
-    result = _aria2.run(files, str(tmp_path / "run"), aria2c=aria2c, tick=lambda: ticks.append(1),
-                        tick_interval=0.2, connections=4, splits=4, min_split_size="1M",
-                        on_complete=completed.append)
+    result = _aria2.run(files, str(tmp_path / "run"),
+                        settings(aria2c=aria2c, connections=4, splits=4, min_split_size="1M", parallel_files=2),
+                        tick=lambda: ticks.append(1), tick_interval=0.2, on_complete=completed.append)
     assert result.outcomes["good"].status == "OK"
     # on_complete heard of the finished file (from aria2's log), and only of it
     assert completed == ["good"]
@@ -176,11 +306,11 @@ def test_real_run_reports_expired_url_and_retry_after(lab_hub, aria2c, tmp_path)
     lab_hub.faults({"server": "cdn", "status": 429, "retry_after": 4})
     url = _signed(lab_hub, sha)
     files = [_aria2.Aria2File("f", url, str(tmp_path), "f", sha, entry["size"])]
-    result = _aria2.run(files, str(tmp_path / "run"), aria2c=aria2c)
+    result = _aria2.run(files, str(tmp_path / "run"), settings(aria2c=aria2c, parallel_files=2))
     assert result.outcomes["f"].status == "ERR"
     assert result.outcomes["f"].http_status == 429
     assert result.retry_after == 4
     lab_hub.faults()
     expired = url.replace("exp=", "exp=1").split("&sig=")[0] + "&sig=" + "0" * 64
-    result = _aria2.run([files[0]._replace(url=expired)], str(tmp_path / "run"), aria2c=aria2c)
+    result = _aria2.run([files[0]._replace(url=expired)], str(tmp_path / "run"), settings(aria2c=aria2c, parallel_files=2))
     assert result.outcomes["f"].http_status == 403
