@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _secrets
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 
 # No wait between two tries grows past this, however many tries came before.
 MAX_BACKOFF = 120.0
@@ -26,17 +27,18 @@ def backoff(retry_wait: float, attempt: int) -> float:
     return min(MAX_BACKOFF, retry_wait * 2 ** (attempt - 1))
 
 
-class SnapshotError(Exception):
+class SnapshotError(ModuleFailure):
     """A failure to report to the operator: ``msg`` names the problem and what to do.
 
-    ``details`` may hold ``failed`` ({path: last error}), ``disk`` (the preflight figures),
-    ``result`` (the partial result of a run that landed some files), ``unsafe`` and ``status``.
+    Its fields (``details``) may hold ``failed`` ({path: last error}), ``disk`` (the preflight
+    figures), ``result`` (the partial result of a run that landed some files), ``unsafe`` and
+    ``status``; ``fail_kwargs`` reports only some of them (see there).
     """
 
-    def __init__(self, msg: str, **details: Any) -> None:
-        super().__init__(msg)
-        self.msg = msg
-        self.details = details
+    @property
+    def details(self) -> dict[str, Any]:
+        """The fields, by the name hf_snapshot's callers read them."""
+        return self.fields
 
     def mask(self, secret: str | None) -> None:
         """Replace ``secret`` wherever this error would show it (the message, per-file errors)."""
@@ -49,7 +51,11 @@ class SnapshotError(Exception):
             self.details["failed"] = {path: _secrets.mask(error, secret) for path, error in failed.items()}
 
     def fail_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of ``module.fail_json`` for this failure."""
+        """The keyword arguments of ``module.fail_json``: unlike ModuleFailure's, not every field.
+
+        ``unsafe`` and ``status`` stay on the exception for a Python caller (the message names
+        what they hold); of a partial ``result``, only the keys that show what landed.
+        """
         kwargs: dict[str, Any] = {"msg": self.msg}
         for key in ("failed", "disk"):
             if key in self.details:

@@ -36,6 +36,7 @@ from ansible.module_utils.basic import missing_required_lib
 from ansible_collections.gpufleet.llm.plugins.module_utils import _expect
 from ansible_collections.gpufleet.llm.plugins.module_utils import _safetensors as _st
 from ansible_collections.gpufleet.llm.plugins.module_utils import _verify_steps as _steps
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 from ansible_collections.gpufleet.llm.plugins.module_utils._verify_hashes import (
     HASH_BLOCK, WEIGHT_SUFFIXES, Expected, Tree, check_hashes)
 from ansible_collections.gpufleet.llm.plugins.module_utils._verify_steps import CONFIG, MAX_LISTED, read_config
@@ -84,11 +85,8 @@ def options(**params: t.Any) -> Options:
     return Options(**values)
 
 
-class VerifyError(Exception):
+class VerifyError(ModuleFailure):
     """A run that cannot start; ``fail_kwargs()`` is what the module fails with."""
-
-    def fail_kwargs(self) -> dict:
-        return {"msg": str(self)}
 
 
 class ParamError(VerifyError, ValueError):
@@ -99,12 +97,9 @@ class MissingLibrary(VerifyError):
     """A library this run needs is not importable by the host's Python."""
 
     def __init__(self, library: str, import_traceback: str | None) -> None:
-        super().__init__(missing_required_lib(library))
+        super().__init__(missing_required_lib(library), exception=import_traceback)
         self.library = library
         self.import_traceback = import_traceback
-
-    def fail_kwargs(self) -> dict:
-        return {"msg": str(self), "exception": self.import_traceback}
 
 
 def missing_libraries(expect=None, repo_id: str | None = None) -> list:
