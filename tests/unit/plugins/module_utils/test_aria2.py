@@ -68,8 +68,8 @@ def test_write_input_is_0600_even_over_an_existing_file(tmp_path):
 
 
 def test_argv_has_tuning_only():
-    argv = _aria2.build_argv("aria2c", "/d/in.txt", "/d/log", **settings(connections=16, splits=16, parallel_files=6,
-                                                                          min_split_size="20M").tuning())
+    tuning = settings(connections=16, splits=16, parallel_files=6, min_split_size="20M").tuning()
+    argv = _aria2.build_argv("aria2c", "/d/in.txt", "/d/log", **tuning)
     joined = " ".join(argv)
     assert "http" not in joined and "header" not in joined and "Authorization" not in joined
     for expected in ("--continue=true", "--auto-file-renaming=false", "--auto-save-interval=1",
