@@ -8,8 +8,9 @@ Private to the collection: not a public API, may change without notice.
 
 This file has two lives:
 
-* imported by the module (under Ansible's interpreter, which need not have SGLang): ``command()``,
-  ``script_source()`` and ``read_result()`` run the checker and read its answer;
+* imported by the module (under Ansible's interpreter, which need not have SGLang): ``run()``
+  (with ``argument_spec()``, ``command()``, ``script_source()`` and ``read_result()``) runs the
+  checker and reads its answer;
 * run as a script by the interpreter that has SGLang (the module feeds this very file to
   ``<python> - <config>`` on stdin, tests run it by path): ``check()`` builds SGLang's own server
   argument parser, merges the YAML with SGLang's own ``ConfigArgumentMerger`` exactly as
@@ -18,7 +19,8 @@ This file has two lives:
   ``ServerArgs.from_cli_args`` / ``__post_init__``, which probe GPUs. Nothing is started.
 
 So the script half may import only the standard library at module level (SGLang and PyYAML are
-imported inside ``check``), and must keep working on any Python SGLang supports.
+imported inside ``check``; the collection's own modules only when this file is imported, not run),
+and must keep working on any Python SGLang supports.
 
 Option names change between SGLang releases: SGLang 0.5.23's own ``sglang/srt/server_args.py``
 still registers ``--disable-cuda-graph`` and ``--enable-dp-attention`` only as deprecated spellings
