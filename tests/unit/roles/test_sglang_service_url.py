@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The probe URL the sglang role derives from sglang_args (roles/sglang/tasks/facts.yml).
+"""The probe URL the sglang role derives from its resolved options, _sglang_options (roles/sglang/tasks/facts.yml).
 
 The expression is read from the role's own task file and rendered by a real ansible-playbook run
 on localhost, so what is tested is what ships. No lab needed.
@@ -48,7 +48,7 @@ def test_probe_url_from_listen_address(tmp_path):
         "tasks": [{
             "name": "Render",
             "ansible.builtin.set_fact": {"urls": "{{ urls | default([]) + [url] }}"},
-            "vars": {"sglang_options": "{{ item }}", "url": _url_expression()},
+            "vars": {"_sglang_options": "{{ item }}", "url": _url_expression()},
             "loop": [case[0] for case in CASES],
         }, {
             "name": "Write",
