@@ -4,7 +4,7 @@ Writes, under ``$GPUFLEET_LAB_CACHE/fixtures/`` (default ``~/.cache/gpufleet-lab
 
   git/<org>/<name>/            bare git repo per fixture repo, full file content (no git-lfs);
                                its commit shas are the commit shas the lab Hub serves
-  store/<org>/<name>/repo.json refs, commits and per-commit file lists (see the lab brief)
+  store/<org>/<name>/repo.json refs, commits and per-commit file lists (see tests/lab/hub/README.md)
   blobs/<sha256>               every file's content, content-addressed, shared by all repos
   tokens.json                  fake lab tokens {"<token>": {"name", "gated"}}
   fixtures.json                summary for tests (repos, shas per ref, file lists)

@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
-import subprocess
 import sys
-import time
 
 
 def find_server(lab):
@@ -40,25 +37,23 @@ def main(argv):
     with open(lab_json) as handle:
         lab = json.load(handle)
     host = lab["controller"]
-    cmd = [sys.executable, find_server(lab), "--store", store, "--api", host + ":0", "--cdn", host + ":0",
+    server = find_server(lab)
+    cmd = [sys.executable, server, "--store", store, "--api", host + ":0", "--cdn", host + ":0",
            "--tokens", os.path.join(store, "tokens.json")]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # pylint: disable=consider-using-with
-                            start_new_session=True)
+    # tests/lab/ready.py beside the server: start, then wait for the ready file it writes once it listens.
+    sys.path.insert(0, os.path.dirname(os.path.dirname(server)))
+    import ready  # pylint: disable=import-outside-toplevel,import-error
+
+    ready_file = pidfile + ".ready.json"
+    proc = ready.spawn(cmd, ready_file=ready_file, start_new_session=True)
     with open(pidfile, "w") as handle:
         handle.write(str(proc.pid))
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline, buf = time.monotonic() + 30, b""
-    while b"\n" not in buf and time.monotonic() < deadline and proc.poll() is None:
-        if sel.select(timeout=0.5):
-            chunk = os.read(proc.stdout.fileno(), 4096)
-            if not chunk:
-                break
-            buf += chunk
-    if b"\n" not in buf:
+    try:
+        info = ready.wait(proc, ready_file, what="the private lab Hub", timeout=30, log=ready.default_log(ready_file))
+    except ready.NotReady as exc:
         proc.kill()
-        raise SystemExit("private_hub: the Hub did not start: %r" % buf)
-    print(json.loads(buf.split(b"\n", 1)[0])["api"])
+        raise SystemExit("private_hub: the Hub did not start: %s" % exc)
+    print(info["api"])
     return 0
 
 

@@ -17,17 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import selectors
 import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpufleet.llm.plugins.modules import hf_snapshot
+from ansible_collections.gpufleet.llm.tests.unit.plugins import lab_ready
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 RUN_OLAH = os.path.join(ROOT, "tests", "lab", "olah", "run_olah.py")
@@ -52,38 +50,19 @@ def olah(lab_store, die_with_parent):
     if venv and not os.path.exists(os.path.join(cache, "olah-venv")):
         os.symlink(venv, os.path.join(cache, "olah-venv"))
     env = dict(os.environ, GPUFLEET_LAB_CACHE=cache)
+    ready = lab_ready.load()
+    ready_file = os.path.join(cache, "olah-ready-%d.json" % os.getpid())
+    log = ready.default_log(ready_file)
     # --seconds bounds its life should this process die without stopping it.
     # SIGINT when this (forked) test process ends: run_olah stops olah in its `finally`.
-    proc = subprocess.Popen(  # pylint: disable=consider-using-with,subprocess-popen-preexec-fn
-        [sys.executable, RUN_OLAH, "--cache", cache, "--seconds", "1800"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-        preexec_fn=die_with_parent(signal.SIGINT))
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + 600  # a first run installs olah's venv from PyPI
-    line = b""
-    while b"\n" not in line and time.monotonic() < deadline and proc.poll() is None:
-        if sel.select(timeout=1):
-            chunk = os.read(proc.stdout.fileno(), 4096)
-            if not chunk:
-                break
-            line += chunk
-    sel.close()
-    if b"serving on " not in line:
-        proc.kill()
-        err = proc.communicate()[1]
-        pytest.fail("run_olah.py did not start: %s %s" % (line[-1000:], err[-2000:]))
-    url = line.split(b"serving on ", 1)[1].split()[0].decode()
-    yield url
+    # 600 s: a first run installs olah's venv from PyPI.
+    proc, info = ready.start([sys.executable, RUN_OLAH, "--cache", cache, "--seconds", "1800"],
+                             ready_file=ready_file, what="run_olah.py", timeout=600, log=log, env=env,
+                             preexec_fn=die_with_parent(signal.SIGINT))
+    yield info["url"]
     # SIGINT: run_olah stops olah (its own session) and its upstream sentinel in `finally`.
-    proc.send_signal(signal.SIGINT)
-    try:
-        dummy, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        dummy, err = proc.communicate()
     # Exit 1 means olah tried to reach its (fake) upstream: it must never do that.
-    assert proc.returncode == 0, err[-2000:]
+    assert ready.stop(proc, sig=signal.SIGINT, timeout=30) == 0, ready.log_tail(log)
 
 
 @pytest.fixture
