@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _manifest, _paths, _strays, _transfer
+from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hub, _manifest, _paths, _strays, _transfer
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_listing as _listing
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_plan as _plan
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_staging as _staging
@@ -250,7 +250,7 @@ class Run(object):
         source = _transfer.HubSource(
             endpoint=s.endpoint_url, repo_id=s.repo_id, repo_type=s.repo_type, commit=self.commit, token=self.token,
             use_token=self.use_token, timeout=s.timeout, opener=_hub.url_opener(s.proxy, s.validate_certs, s.ca_path))
-        aria2 = _transfer.Aria2Settings(
+        aria2 = _aria2.Aria2Settings(
             aria2c=self.aria2c_path, connections=s.connections, splits=s.splits, parallel_files=s.parallel_files,
             min_split_size=s.min_split_size, timeout=s.timeout, retry_wait=s.retry_wait,
             validate_certs=s.validate_certs, ca_path=s.ca_path, proxy=s.proxy)

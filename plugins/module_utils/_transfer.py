@@ -34,8 +34,6 @@ from typing import Any, NamedTuple
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hashing, _hub, _manifest
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_plan, _snapshot_staging
-# Aria2Settings is part of Transfer's interface: a caller builds it from here, as from _aria2.
-from ansible_collections.gpufleet.llm.plugins.module_utils._aria2 import Aria2Settings
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError, backoff
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_progress import PROGRESS_INTERVAL
 
@@ -156,7 +154,7 @@ class Transfer(object):
     ``progress`` needs ``write(state=..., message=...)``, ``timings`` ``took(phase, since)``.
     """
 
-    def __init__(self, items: Sequence[_snapshot_plan.Item], *, dest: str, source: Any, aria2: Aria2Settings,
+    def __init__(self, items: Sequence[_snapshot_plan.Item], *, dest: str, source: Any, aria2: _aria2.Aria2Settings,
                  max_tries: int, retry_wait: float, hash_workers: int | None, progress: Any, timings: Any,
                  log: Callable[[str], None]) -> None:
         self.dest = dest
