@@ -203,7 +203,7 @@ def _error_message(exc):
     return "%s %s" % (exc.code, message)
 
 
-def resolve_file(opener, endpoint, repo_id, commit, path, token=None, repo_type="model", timeout=60.0, max_hops=3):
+def resolve_file(opener, endpoint, repo_id, commit, path, *, token=None, repo_type="model", timeout=60.0, max_hops=3):
     """HEAD the file's resolve URL (token only to the endpoint) and say where aria2 should GET it.
 
     Follows same-origin (relative) redirects itself, with the token; stops at the first redirect to

@@ -256,6 +256,7 @@ def test_request_log_contents(hub, lab_tokens):
     assert token not in json.dumps(log)
     # The --log file holds the same entries as JSON lines, and no token either (once the last
     # entry is written: the file is line-buffered, the in-memory log may be a moment ahead).
+
     def written():
         return any(json.loads(line)["seq"] == cfg["seq"] for line in hub.log_file.read_text().splitlines())
 

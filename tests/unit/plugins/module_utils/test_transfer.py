@@ -55,8 +55,8 @@ def transfer_for(dest, items, source, max_tries=3, logs=None):
     progress = Progress(str(dest), staging=staging, repo_id="org/m", commit="c" * 40,
                         items=list(_snapshot_plan.unique_fetches(items).values()))
     aria2 = _aria2.Aria2Settings(aria2c="/nonexistent/aria2c", connections=1, splits=1, parallel_files=1,
-                                    min_split_size="1M", timeout=5, retry_wait=0, validate_certs=True, ca_path=None,
-                                    proxy=None)
+                                 min_split_size="1M", timeout=5, retry_wait=0, validate_certs=True, ca_path=None,
+                                 proxy=None)
     return _transfer.Transfer(items, dest=str(dest), source=source, aria2=aria2, max_tries=max_tries, retry_wait=0,
                               hash_workers=2, progress=progress, timings=Timings(),
                               log=(logs.append if logs is not None else lambda msg: None))
@@ -274,8 +274,8 @@ def test_hub_source_download_errors(tmp_path, monkeypatch):
 
 def test_aria2_settings_tuning():
     aria2 = _aria2.Aria2Settings(aria2c="/usr/bin/aria2c", connections=4, splits=8, parallel_files=6,
-                                    min_split_size="8M", timeout=60, retry_wait=2, validate_certs=False,
-                                    ca_path="/ca.pem", proxy="http://user:pw@proxy.invalid:3128")
+                                 min_split_size="8M", timeout=60, retry_wait=2, validate_certs=False,
+                                 ca_path="/ca.pem", proxy="http://user:pw@proxy.invalid:3128")
     tuning = aria2.tuning()
     assert tuning == {"connections": 4, "splits": 8, "parallel_files": 6, "min_split_size": "8M", "timeout": 60,
                       "retry_wait": 2, "validate_certs": False, "ca_path": "/ca.pem"}
