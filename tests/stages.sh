@@ -246,8 +246,11 @@ run_test() {
     stage build do_build || failed=1
     stage ee do_ee || failed=1
     stage sanity do_sanity || failed=1
-    stage units do_units || failed=1
+    # lab-local first: its wheelhouse tests build the verified SGLang 0.5.23 venv that the units'
+    # preflight tests run SGLang's own parser from (without it they skip, and on a fresh machine
+    # nothing else builds it before the units).
     stage lab-local do_lab_local || failed=1
+    stage units do_units || failed=1
     if stage lab-up do_lab_up; then
         stage lab-tests do_lab_marked || failed=1
         stage integration do_integration || failed=1
