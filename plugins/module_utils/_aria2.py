@@ -84,7 +84,8 @@ class Aria2Settings:
     retry_wait: int
     validate_certs: bool
     ca_path: str | None
-    proxy: str | None
+    # A proxy URL may carry credentials: never in a repr (tracebacks, test failures).
+    proxy: str | None = dataclasses.field(repr=False)
 
     def tuning(self) -> dict[str, Any]:
         """build_argv's tuning keywords."""

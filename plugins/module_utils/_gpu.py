@@ -33,9 +33,9 @@ import subprocess
 from typing import Any, Callable
 
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
-# The index name is _safetensors' (it imports safetensors and numpy only inside try/except, so
-# gpu_info still runs on a host that has nothing but the standard library).
-from ansible_collections.gpufleet.llm.plugins.module_utils._safetensors import INDEX
+# From _paths, which needs only the standard library: importing _safetensors would load numpy and
+# safetensors, which gpu_info never uses.
+from ansible_collections.gpufleet.llm.plugins.module_utils._paths import INDEX
 
 QUERY_FIELDS = ("index", "name", "memory.total", "memory.used", "compute_cap", "driver_version", "uuid")
 QUERY_ARGS = ["--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader,nounits"]

@@ -17,6 +17,13 @@ import os
 import posixpath
 
 
+# The file names of a safetensors model's weights (an index and its shards, or one file). Here, in a
+# standard-library-only file, so that gpu_info (which reads the index's total_size) imports neither
+# safetensors nor numpy.
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+
+
 class UnsafePathError(ValueError):
     """A remote path that would land outside the destination directory."""
 

@@ -23,7 +23,7 @@ import stat
 import traceback
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest
-from ansible_collections.gpufleet.llm.plugins.module_utils._paths import UnsafePathError, dest_path
+from ansible_collections.gpufleet.llm.plugins.module_utils._paths import INDEX, SINGLE, UnsafePathError, dest_path
 
 try:
     from safetensors import SafetensorError, safe_open
@@ -48,8 +48,6 @@ except ImportError:
     HAS_NUMPY = False
     NUMPY_IMPORT_ERROR = traceback.format_exc()
 
-INDEX = "model.safetensors.index.json"
-SINGLE = "model.safetensors"
 # safetensors refuses headers above 100 MB (its MAX_HEADER_SIZE).
 MAX_HEADER = 100_000_000
 FIX_REFETCH = "re-fetch it (hf_snapshot)"

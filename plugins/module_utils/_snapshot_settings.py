@@ -83,7 +83,8 @@ class Settings:
     link_from: list[str]
     prune_partials: bool
     min_free_bytes: int
-    proxy: str | None
+    # A proxy URL may carry credentials (http://user:pass@host): kept out of the repr like the token.
+    proxy: str | None = dataclasses.field(repr=False)
     validate_certs: bool
     ca_path: str | None
     aria2c: str | None

@@ -37,16 +37,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils import _expect
 from ansible_collections.gpufleet.llm.plugins.module_utils import _safetensors as _st
 from ansible_collections.gpufleet.llm.plugins.module_utils import _verify_steps as _steps
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
-from ansible_collections.gpufleet.llm.plugins.module_utils._verify_hashes import (
-    HASH_BLOCK, WEIGHT_SUFFIXES, Expected, Tree, check_hashes)
-from ansible_collections.gpufleet.llm.plugins.module_utils._verify_steps import CONFIG, MAX_LISTED, read_config
-
-# Names that lived here before the split, still importable from here.
-__all__ = [
-    "CONFIG", "HASH_BLOCK", "MAX_LISTED", "MODES", "WEIGHT_SUFFIXES", "Expected", "MissingLibrary", "Options",
-    "ParamError", "VerifyError", "argument_spec", "check_params", "failure_message", "missing_libraries",
-    "options", "read_config", "run_module", "verify",
-]
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify_hashes import Tree, check_hashes
 
 MODES = ("quick", "full", "auto")
 

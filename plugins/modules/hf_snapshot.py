@@ -126,8 +126,9 @@ options:
     elements: path
   prune_partials:
     description:
-      - Remove partial files of any downloader inside O(dest) (C(*.incomplete), C(*.aria2), stale
-        staging files). Default reports them in RV(stray) only. Nothing else is ever removed.
+      - Remove partial files of any downloader inside O(dest) (C(*.incomplete), C(*.aria2), C(*.part),
+        C(*.partial), C(*.crdownload), C(*.download), C(*.tmp), stale staging files), the same table
+        M(gpufleet.llm.model_verify) fails on. Default reports them in RV(stray) only. Nothing else is ever removed.
     type: bool
     default: false
   min_free_bytes:
@@ -238,7 +239,8 @@ timings:
 stray:
   description:
     - Files in O(dest) that are not part of the revision. C(kind=partial) for downloaders' partials
-      (C(.incomplete), orphan C(.aria2), stale staging files), C(kind=extra) for anything else.
+      (C(.incomplete), orphan C(.aria2), C(.part), C(.partial), C(.crdownload), C(.download), C(.tmp),
+      stale staging files), C(kind=extra) for anything else.
   returned: success
   type: list
   elements: dict

@@ -131,8 +131,10 @@ def wait_hub(pid: int, proc: subprocess.Popen | None) -> None:
     it answers its health check (it may predate --ready-file)."""
     hdir = hub_dir()
     if proc is not None:
-        wait_until("the lab Hub", lambda: ready.read(hdir / "ready.json"), alive=proc, timeout=HUB_WAIT,
-                   log=hdir / "server.log")
+        # The ready file says it listens inside its namespace; the health check that it answers at
+        # its lab address from the controller, across the bridge the hosts use.
+        wait_until("the lab Hub", lambda: ready.read(hdir / "ready.json") and hub_healthy(), alive=proc,
+                   timeout=HUB_WAIT, log=hdir / "server.log")
     else:
         wait_until("the lab Hub", hub_healthy, alive=lambda: hosts.pid_alive(pid), timeout=HUB_WAIT,
                    log=hdir / "server.log")

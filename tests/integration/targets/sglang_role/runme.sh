@@ -84,6 +84,14 @@ must_fail "$OUT" gpufleet.llm.deploy -e '{"itest_args": {"chunked_prefill_size":
 expect_in "$OUT" 'speculativ-num-steps'
 [ "$(state)" = "$S3" ] || { echo "a failed preflight changed the server" >&2; exit 1; }
 
+echo "   tags cannot go around the gate: with the preflight skipped, neither configure nor service acts"
+for phase in sglang_configure sglang_service; do
+    must_fail "$OUT" gpufleet.llm.deploy --tags "model_verify,$phase" --skip-tags sglang_preflight \
+        -e '{"itest_args": {"chunked_prefill_size": 2048}}'
+    expect_in "$OUT" 'the preflight \(sglang_preflight tag\) did not run'
+    [ "$(state)" = "$S3" ] || { echo "--skip-tags sglang_preflight let $phase change the server" >&2; exit 1; }
+done
+
 echo "== 7. the second commit, one shard corrupted on gpu2: gpu2 fails before any write, keeps serving v1.0"
 play some gpufleet.llm.deploy -e "$ARGS" -e itest_revision=main -e gpufleet_serve=false
 ansible-playbook "${PLAY_ARGS[@]}" corrupt.yml -e itest_host=gpu2 >/dev/null

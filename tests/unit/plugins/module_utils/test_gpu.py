@@ -9,6 +9,10 @@ No GPU here: nvidia-smi is a stand-in script printing canned output in nvidia-sm
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _gpu, _safetensors
@@ -153,6 +157,15 @@ def _params(**given):
 
 def test_index_name_is_safetensors_own():
     assert _gpu.INDEX is _safetensors.INDEX
+
+
+def test_gpu_info_logic_imports_neither_numpy_nor_safetensors():
+    """gpu_info runs on hosts with only the standard library: its logic must not load the weight libraries."""
+    code = ("import sys; from ansible_collections.gpufleet.llm.plugins.module_utils import _gpu; "
+            "print(sorted(m for m in ('numpy', 'safetensors') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True, timeout=60)
+    assert out.stdout.decode().strip() == "[]", out.stderr.decode()[-2000:]
 
 
 def test_argument_spec_defaults_pass_their_own_checks():
