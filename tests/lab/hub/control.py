@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 import threading
@@ -205,18 +206,31 @@ class LabControl:
 
     # -- request log -------------------------------------------------------------------------
 
-    def finishing(self):
+    def finishing(self, entry: dict):
+        """The response's last byte is about to go: the entry takes its place in the log now.
+
+        A client that reads a whole response and then sends its next request on another
+        connection can have that request recorded before this one's thread gets to record; the
+        seq taken here, before the client can see the end, keeps the log in the order a client
+        saw its responses end (and no entry is numbered after one that started later than its end).
+        """
         with self.lock:
             self._finishing += 1
+            self.seq += 1
+            entry["seq"] = self.seq
 
     def record(self, entry: dict, finishing: bool = False):
         with self.lock:
             if finishing:
                 self._finishing -= 1
                 self._settled.notify_all()
-            self.seq += 1
-            entry["seq"] = self.seq
-            self.log.append(entry)
+            if "seq" not in entry:
+                self.seq += 1
+                entry["seq"] = self.seq
+            if self.log and self.log[-1]["seq"] > entry["seq"]:
+                bisect.insort(self.log, entry, key=lambda e: e["seq"])
+            else:
+                self.log.append(entry)
             if len(self.log) > self.max_log_entries:
                 del self.log[: len(self.log) - self.max_log_entries]
             if self.log_fh is not None:

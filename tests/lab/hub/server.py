@@ -345,7 +345,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _mark_finishing(self):
         if self._entry is not None and not self._finishing:
             self._finishing = True
-            self.hub.control.finishing()
+            self.hub.control.finishing(self._entry)
 
     def _start(self, status: int, headers: dict, length: int, ctype: str | None):
         self._entry_status(status)

@@ -263,11 +263,33 @@ def test_request_log_contents(hub, lab_tokens):
     ready.wait_until(written, alive=hub.proc, what=f"the Hub's --log line of entry {cfg['seq']}", timeout=10)
     text = hub.log_file.read_text()
     assert token not in text
+    # Lines are written as entries complete, which may be out of seq order by a moment.
     tail = [json.loads(line) for line in text.splitlines()[-5:]]
-    assert [e["seq"] for e in tail] == [e["seq"] for e in log]
+    assert sorted(e["seq"] for e in tail) == [e["seq"] for e in log]
     assert [e["seq"] for e in hub.log(since=log[2]["seq"])] == [cdn["seq"], cfg["seq"]]
     hub.reset()
     assert hub.log() == []
+
+
+def test_log_order_is_the_order_responses_ended(hub):
+    """A response whose thread records late (here: a stall after its last byte) still comes first.
+
+    The client reads the whole first body, then sends a second request on a new connection that
+    is recorded at once, while the first thread is still stalling: before the entry took its seq
+    when its last byte went out, the log held them in the wrong order."""
+    hub.faults({"server": "api", "method": "GET", "path": "config.json$", "action": "stall",
+                "after_bytes": 1 << 30, "seconds": 1, "times": 1})
+    first = _fetch(hub.api + f"/{TARGET}/resolve/main/config.json")
+    second = _fetch(hub.api + f"/api/models/{TARGET}")
+    assert first[0] == 200 and second[0] == 200
+
+    def both():
+        entries = hub.log()
+        return entries if len(entries) == 2 else None
+
+    log = ready.wait_until(both, alive=hub.proc, what="both entries in the Hub's log", timeout=30)
+    assert [e["path"].rsplit("/", 1)[-1] for e in log] == ["config.json", "Kimi-K2.6-mini"]
+    assert "stalled" in log[0]["error"] and log[0]["seq"] < log[1]["seq"]
 
 
 def test_control_api_rejects_bad_input(hub):
