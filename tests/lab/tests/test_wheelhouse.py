@@ -13,7 +13,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -132,14 +131,13 @@ def test_wheelhouse_matches_target_and_stamp(name):
 def test_build_is_idempotent():
     directory = _require_current("tools")
     before = (directory / wh.STAMP).read_text()
-    started = time.monotonic()
+    # "up to date" per set and an unchanged stamp say nothing was rebuilt; no timing assertion
+    # (a shared, noisy machine).
     proc = subprocess.run([sys.executable, str(Path(wh.__file__)), "build"], capture_output=True,
                           text=True, timeout=120, stdin=subprocess.DEVNULL, check=False)
-    elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("up to date") == len(wh.SETS), proc.stdout
     assert (directory / wh.STAMP).read_text() == before
-    assert elapsed < 30
 
 
 # ---------------------------------------------------------------- tools set
