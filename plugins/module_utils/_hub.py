@@ -15,11 +15,17 @@ two commits.
 from __future__ import annotations
 
 import collections
+import collections.abc
+import contextlib
+import datetime
 import os
 import re
 import ssl
+import threading
 import time
+from collections.abc import Callable, Iterator
 from email.utils import parsedate_to_datetime
+from typing import Any
 from urllib import error as _urlerror
 from urllib import parse as _urlparse
 from urllib import request as _urlrequest
@@ -28,43 +34,145 @@ from urllib import request as _urlrequest
 # bytes they receive, check them against blob_id and record the sha256 themselves.
 RemoteFile = collections.namedtuple("RemoteFile", ["path", "size", "blob_id", "sha256", "lfs"])
 
-
-def hf_api(endpoint=None, token=None):
-    """An HfApi bound to ``endpoint`` (None: HF_ENDPOINT or the public Hub) and ``token``.
+def hf_api(endpoint: str | None = None, token: str | bool | None = None, *, proxy: str | None = None,
+           validate_certs: bool = True, ca_path: str | None = None) -> _ConfiguredApi:
+    """An HfApi bound to ``endpoint`` (None: HF_ENDPOINT or the public Hub) and ``token``, whose every
+    call goes through ``proxy`` (None: the environment's) and checks TLS as ``validate_certs`` /
+    ``ca_path`` say.
 
     ``token=None`` lets huggingface_hub find the host's token (HF_TOKEN, token file); pass False to
     send none.
     """
     from huggingface_hub import HfApi  # imported late: the module reports a missing library itself
 
-    return HfApi(endpoint=endpoint, token=token)
+    return _ConfiguredApi(HfApi(endpoint=endpoint, token=token),
+                          HubHTTPConfig(proxy=proxy, validate_certs=validate_certs, ca_path=ca_path))
 
+class HubHTTPConfig(collections.namedtuple("HubHTTPConfig", ["proxy", "validate_certs", "ca_path"])):
+    """How huggingface_hub's own HTTP client reaches the Hub during one of our calls."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        # a proxy URL may carry credentials: never in a repr (tracebacks, test failures)
+        return "HubHTTPConfig(proxy=%s, validate_certs=%r, ca_path=%r)" % (
+            "<set>" if self.proxy else None, self.validate_certs, self.ca_path)
+
+class HubTLSError(OSError):
+    """The endpoint's TLS certificate was refused (or the handshake failed): says which option fixes it."""
+
+# huggingface_hub keeps ONE client for the whole process (get_session) and builds it with a global
+# factory. Our options must reach it, yet never outlive our call: tests and long-lived processes run
+# many fetches with different proxies/CAs in one interpreter. So each call installs a factory for its
+# options under this lock and puts the previous factory back (closing the client built for it).
+_CLIENT_LOCK = threading.RLock()
+
+def _client_factory(config: HubHTTPConfig) -> Callable[[], Any]:
+    from huggingface_hub.utils import _http as hf_http  # late, as in hf_api
+
+    # the HTTP library huggingface_hub itself uses (httpx2 in 2.x, httpx in 1.x)
+    httpx = getattr(hf_http, "httpx2", None) or getattr(hf_http, "httpx")
+    if not config.validate_certs:
+        verify: Any = False
+    elif config.ca_path:
+        verify = ssl_context(True, config.ca_path)
+    else:
+        verify = True  # huggingface_hub's own default
+
+    def factory() -> Any:
+        kwargs: dict[str, Any] = {"event_hooks": {"request": [hf_http.hf_request_event_hook]},
+                                  "follow_redirects": True, "timeout": None, "verify": verify}
+        if config.proxy:
+            kwargs["proxy"] = config.proxy
+        return httpx.Client(**kwargs)
+
+    return factory
+
+@contextlib.contextmanager
+def hub_http(config: HubHTTPConfig) -> Iterator[None]:
+    """huggingface_hub's shared client follows ``config`` inside the block, and what it was after."""
+    import huggingface_hub
+    from huggingface_hub.utils import _http as hf_http
+
+    with _CLIENT_LOCK:
+        previous = getattr(hf_http, "_GLOBAL_CLIENT_FACTORY", None) or hf_http.default_client_factory
+        huggingface_hub.set_client_factory(_client_factory(config))
+        try:
+            yield
+        except Exception as exc:  # pylint: disable=broad-except
+            tls = _tls_failure(exc)
+            if tls is None:
+                raise
+            raise HubTLSError("TLS with the Hub failed (%s): %s" % (tls, (
+                "the endpoint's certificate is not signed by ca_path %s: set ca_path to the CA that signed it"
+                % config.ca_path if config.ca_path else
+                "set ca_path to the CA bundle that signed the endpoint's certificate (or validate_certs: false)")
+                if config.validate_certs else "check the endpoint and proxy")) from exc
+        finally:
+            huggingface_hub.set_client_factory(previous)
+
+def _tls_failure(exc: BaseException) -> str | None:
+    """The TLS error in ``exc``'s chain (the HTTP library wraps ssl's), None if there is none."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, ssl.SSLError):
+            return str(getattr(exc, "reason", None) or exc).splitlines()[0][:200]
+        text = str(exc)
+        if "CERTIFICATE_VERIFY_FAILED" in text or "WRONG_VERSION_NUMBER" in text:
+            return text.splitlines()[0][:200]
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+class _ConfiguredApi(object):
+    """HfApi whose calls run under ``hub_http(config)``; a generator (list_repo_tree) is read whole
+    inside, so no page is fetched after the client was put back."""
+
+    def __init__(self, api: Any, config: HubHTTPConfig) -> None:
+        self._api = api
+        self._config = config
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._api, name)
+        if not callable(method):
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with hub_http(self._config):
+                answer = method(*args, **kwargs)
+                if isinstance(answer, collections.abc.Iterator):
+                    answer = list(answer)
+                return answer
+
+        return call
 
 def resolve_commit(api, repo_id, revision, repo_type="model"):
-    """The 40-hex commit sha that ``revision`` (branch, tag or sha) names right now."""
-    info = api.repo_info(repo_id, revision=revision, repo_type=repo_type)
-    return info.sha
+    """The 40-hex commit sha that ``revision`` (branch, tag or sha) names right now.
 
+    Raises UntrustedAnswerError when the answer carries no such sha (a mirror without ``sha``).
+    """
+    info = api.repo_info(repo_id, revision=revision, repo_type=repo_type)
+    sha = getattr(info, "sha", None)
+    if not _is_hex(sha, 40):
+        raise UntrustedAnswerError("its answer for revision %r of %s carries no 40-hex commit sha (got %s)"
+                                   % (revision, repo_id, _shown(sha)))
+    return sha
 
 def list_revision(api, repo_id, commit, repo_type="model"):
-    """Every file of ``repo_id`` at ``commit``, as RemoteFile, sorted by path."""
+    """Every file of ``repo_id`` at ``commit``, as RemoteFile, sorted by path.
+
+    Every id and path is checked as it arrives (UntrustedAnswerError): they name staging files and
+    final paths, so a listing must never be able to point outside the destination.
+    """
     files = []
     for entry in api.list_repo_tree(repo_id, revision=commit, repo_type=repo_type, recursive=True):
         if not hasattr(entry, "blob_id"):  # a folder
             continue
         lfs = getattr(entry, "lfs", None)
-        files.append(
-            RemoteFile(
-                path=entry.path,
-                size=entry.size,
-                blob_id=entry.blob_id,
-                sha256=lfs.sha256 if lfs else None,
-                lfs=bool(lfs),
-            )
-        )
+        files.append(_checked_file(repo_id, commit, entry.path, size=entry.size, blob_id=entry.blob_id,
+                                   sha256=lfs.sha256 if lfs else None, lfs=bool(lfs)))
     files.sort(key=lambda f: f.path)
     return files
-
 
 # ----------------------------------------------------------------------------- URL resolving
 #
@@ -81,7 +189,6 @@ USER_AGENT = "gpufleet.llm-hf_snapshot"
 # expires: unix time after which a signed URL stops working (None when unknown).
 ResolvedURL = collections.namedtuple("ResolvedURL", ["url", "direct", "size", "sha256", "etag", "commit", "expires"])
 
-
 class HubHTTPError(Exception):
     """An HTTP answer from the Hub that is not what a resolve expects."""
 
@@ -92,10 +199,8 @@ class HubHTTPError(Exception):
         self.retry_after = retry_after
         self.url = url
 
-
 class TokenLeakError(Exception):
     """The Hub handed out a URL that contains the token: refuse to pass it on."""
-
 
 def repo_url_prefix(endpoint, repo_id, repo_type="model"):
     base = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
@@ -105,14 +210,12 @@ def repo_url_prefix(endpoint, repo_id, repo_type="model"):
         return "%s/spaces/%s" % (base, repo_id)
     return "%s/%s" % (base, repo_id)
 
-
 def resolve_url_for(endpoint, repo_id, commit, path, repo_type="model"):
     return "%s/resolve/%s/%s" % (
         repo_url_prefix(endpoint, repo_id, repo_type),
         _urlparse.quote(commit, safe=""),
         _urlparse.quote(path, safe="/"),
     )
-
 
 def same_origin(url_a, url_b):
     a, b = _urlparse.urlsplit(url_a), _urlparse.urlsplit(url_b)
@@ -122,10 +225,8 @@ def same_origin(url_a, url_b):
         b.port or _default_port(b.scheme),
     )
 
-
 def _default_port(scheme):
     return 443 if scheme == "https" else 80
-
 
 def retry_after_seconds(value, now=None):
     """Seconds a Retry-After header asks for (delta-seconds or an HTTP date), None if unusable."""
@@ -142,7 +243,6 @@ def retry_after_seconds(value, now=None):
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
-
 class NoRedirect(_urlrequest.HTTPRedirectHandler):
     """The collection's one redirect guard: a 3xx comes back to the caller as an HTTPError.
 
@@ -153,7 +253,6 @@ class NoRedirect(_urlrequest.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         return None
 
-
 def ssl_context(validate_certs=True, ca_path=None):
     if not validate_certs:
         ctx = ssl.create_default_context()
@@ -161,7 +260,6 @@ def ssl_context(validate_certs=True, ca_path=None):
         ctx.verify_mode = ssl.CERT_NONE
         return ctx
     return ssl.create_default_context(cafile=ca_path) if ca_path else ssl.create_default_context()
-
 
 def url_opener(proxy=None, validate_certs=True, ca_path=None, follow_redirects=False):
     handlers = [_urlrequest.HTTPSHandler(context=ssl_context(validate_certs, ca_path))]
@@ -172,7 +270,6 @@ def url_opener(proxy=None, validate_certs=True, ca_path=None, follow_redirects=F
         handlers.append(NoRedirect())
     return _urlrequest.build_opener(*handlers)
 
-
 def _strip_quotes(value):
     if not value:
         return None
@@ -181,15 +278,25 @@ def _strip_quotes(value):
         value = value[2:]
     return value.strip('"') or None
 
+def signed_url_expiry(url: str) -> int | None:
+    """Unix time a signed URL expires, when its query says so (None when it does not).
 
-def signed_url_expiry(url):
-    """Unix time a signed URL expires, when its query says so (Hub CDN: Expires=, lab: exp=)."""
+    CloudFront (the Hub's CDN): ``Expires=<unix time>``; the lab Hub: ``exp=``; S3-style presigned
+    URLs (SigV4): ``X-Amz-Date=YYYYMMDDTHHMMSSZ`` plus ``X-Amz-Expires=<seconds>``.
+    """
     query = _urlparse.parse_qs(_urlparse.urlsplit(url).query)
     for key in ("exp", "Expires", "expires"):
         if key in query and query[key][0].isdigit():
             return int(query[key][0])
+    lowered = {key.lower(): values[0] for key, values in query.items()}
+    signed_at, lifetime = lowered.get("x-amz-date"), lowered.get("x-amz-expires")
+    if signed_at and lifetime and lifetime.isdigit():
+        try:
+            when = datetime.datetime.strptime(signed_at, "%Y%m%dT%H%M%SZ").replace(tzinfo=datetime.timezone.utc)
+        except ValueError:
+            return None
+        return int(when.timestamp()) + int(lifetime)
     return None
-
 
 def _error_message(exc):
     message = exc.headers.get("X-Error-Message") if exc.headers else None
@@ -201,7 +308,6 @@ def _error_message(exc):
         match = re.search(r'"error"\s*:\s*"([^"]*)"', body)
         message = match.group(1) if match else (body.strip()[:200] or exc.reason)
     return "%s %s" % (exc.code, message)
-
 
 def resolve_file(opener, endpoint, repo_id, commit, path, *, token=None, repo_type="model", timeout=60.0, max_hops=3):
     """HEAD the file's resolve URL (token only to the endpoint) and say where aria2 should GET it.
@@ -250,7 +356,6 @@ def resolve_file(opener, endpoint, repo_id, commit, path, *, token=None, repo_ty
         return ResolvedURL(url, True, size, sha256, etag, commit_seen, None)
     raise HubHTTPError(310, "more than %d same-origin redirects resolving %s" % (max_hops, path), url=path)
 
-
 def download_direct(opener, url, out_path, token=None, timeout=60.0, chunk=1 << 20):
     """GET ``url`` from the endpoint itself into ``out_path`` (resuming an existing prefix).
 
@@ -282,3 +387,38 @@ def download_direct(opener, url, out_path, token=None, timeout=60.0, chunk=1 << 
                 handle.write(data)
                 received += len(data)
     return received
+
+# ----------------------------------------------------------------------------- answers checked on entry
+#
+# A listing's ids and paths become file names (staging files are named by content id, final paths by
+# path): anything but the exact shapes the Hub uses could walk out of the destination.
+
+class UntrustedAnswerError(Exception):
+    """The endpoint answered what no honest Hub answers (a malformed id, path or commit): never retried."""
+
+_HEX = frozenset("0123456789abcdef")
+
+def _is_hex(value, length):
+    return isinstance(value, str) and len(value) == length and set(value) <= _HEX
+
+def _shown(value):
+    """A remote value as an error shows it: quoted, cut to 120 characters."""
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+def _checked_file(repo_id, commit, path, *, size, blob_id, sha256, lfs):
+    """A RemoteFile from one listing entry, or UntrustedAnswerError naming the file and the bad field."""
+    try:
+        _paths.check_relative(path)
+    except _paths.UnsafePathError as exc:
+        raise UntrustedAnswerError("the listing of %s@%s names an unsafe path: %s" % (repo_id, commit, exc))
+    problem = None
+    if not _is_hex(blob_id, 40):
+        problem = "git blob id (oid) %s is not 40 lowercase hex digits" % _shown(blob_id)
+    elif lfs and not _is_hex(sha256, 64):
+        problem = "LFS sha256 (lfs.oid) %s is not 64 lowercase hex digits" % _shown(sha256)
+    elif isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        problem = "size %s is not a byte count" % _shown(size)
+    if problem:
+        raise UntrustedAnswerError("the listing of %s@%s gives %s a malformed %s" % (repo_id, commit, _shown(path), problem))
+    return RemoteFile(path=path, size=size, blob_id=blob_id, sha256=sha256 if lfs else None, lfs=lfs)

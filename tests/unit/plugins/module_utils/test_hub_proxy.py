@@ -1,0 +1,261 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""proxy, validate_certs and ca_path reach the listing (huggingface_hub's own client), and stay there.
+
+A forward proxy of our own (plain http, it counts what it forwards) and a TLS front for the lab Hub
+signed by a private CA made here, both on loopback; the lab Hub is tests/unit/plugins/conftest.py's.
+"""
+from __future__ import annotations
+
+import datetime
+import http.client
+import http.server
+import ipaddress
+import socket
+import ssl
+import threading
+import urllib.parse
+
+import pytest
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _snapshot
+
+TARGET = "gpufleet-lab/Kimi-K2.6-mini"
+HOP_BY_HOP = ("connection", "keep-alive", "transfer-encoding", "proxy-connection", "proxy-authorization")
+
+
+def check_mode_run(hub, dest, **params):
+    base = dict(repo_id=TARGET, revision="main", dest=str(dest), endpoint=hub.api, min_free_bytes=0,
+                allow_patterns=["config.json"], max_tries=1, retry_wait=0)
+    base.update(params)
+    return _snapshot.snapshot(base, check_mode=True)
+
+
+class CountingProxy(object):
+    """A plain-http forward proxy: absolute-form requests only (no CONNECT), each one recorded."""
+
+    def __init__(self):
+        self.seen = []
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # pylint: disable=arguments-differ
+                pass
+
+            def _forward(self):
+                target = urllib.parse.urlsplit(self.path)
+                if target.scheme != "http":
+                    self.send_error(501, "this test proxy forwards plain http only")
+                    return
+                proxy.seen.append((self.command, target.path))
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
+                try:
+                    conn.request(self.command, target.path + ("?" + target.query if target.query else ""),
+                                 body=body, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                finally:
+                    conn.close()
+                self.send_response(resp.status)
+                for key, value in resp.getheaders():
+                    if key.lower() not in HOP_BY_HOP and key.lower() != "content-length":
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(resp.getheader("Content-Length") or len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_HEAD = do_POST = _forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def proxy():
+    running = CountingProxy()
+    yield running
+    running.close()
+
+
+def _make_ca(name):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256()))
+    return key, cert
+
+
+def _server_cert(ca_key, ca_cert):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "lab hub")]))
+            .issuer_name(ca_cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    return key, cert
+
+
+def _pem(path, *objects):
+    from cryptography.hazmat.primitives import serialization
+
+    with open(path, "wb") as handle:
+        for obj in objects:
+            if hasattr(obj, "private_bytes"):
+                handle.write(obj.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+            else:
+                handle.write(obj.public_bytes(serialization.Encoding.PEM))
+    return str(path)
+
+
+class TLSFront(object):
+    """TLS on loopback in front of the lab Hub's API host: each connection relayed byte for byte."""
+
+    def __init__(self, upstream, certfile):
+        self.upstream = urllib.parse.urlsplit(upstream)
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(certfile)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = "https://127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.handshakes = 0
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                raw, dummy = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
+
+    def _serve(self, raw):
+        try:
+            tls = self.ctx.wrap_socket(raw, server_side=True)
+        except (OSError, ssl.SSLError):
+            raw.close()  # the client refused our certificate: what the wrong-CA test wants
+            return
+        self.handshakes += 1
+        back = socket.create_connection((self.upstream.hostname, self.upstream.port))
+
+        def pipe(src, dst):
+            try:
+                while True:
+                    data = src.recv(65536)
+                    if not data:
+                        break
+                    dst.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for sock in (src, dst):
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+        other = threading.Thread(target=pipe, args=(back, tls), daemon=True)
+        other.start()
+        pipe(tls, back)
+        other.join()
+        tls.close()
+        back.close()
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def tls_hub(lab_hub, tmp_path):
+    """(https endpoint in front of the lab Hub, its CA file, another CA's file)."""
+    pytest.importorskip("cryptography")
+    ca_key, ca_cert = _make_ca("gpufleet lab CA")
+    other_key, other_cert = _make_ca("some other CA")
+    key, cert = _server_cert(ca_key, ca_cert)
+    front = TLSFront(lab_hub.api, _pem(tmp_path / "server.pem", cert, key))
+    yield front, _pem(tmp_path / "ca.pem", ca_cert), _pem(tmp_path / "other-ca.pem", other_cert)
+    del other_key
+    front.close()
+
+
+def test_listing_goes_through_the_proxy_and_only_that_run(lab_hub, proxy, tmp_path):
+    res = check_mode_run(lab_hub, tmp_path / "d", proxy=proxy.url)
+    commit, dummy = lab_hub.files_at(TARGET, "main")
+    assert res["commit"] == commit
+    api_paths = [path for dummy, path in proxy.seen]
+    assert any(path.startswith("/api/models/%s/revision/" % TARGET) for path in api_paths), api_paths
+    assert any("/tree/" in path for path in api_paths), api_paths
+    # every listing request the Hub saw came through the proxy
+    hub_api = [e for e in lab_hub.log(server="api") if e["path"].startswith("/api/")]
+    assert len(hub_api) == len([p for p in api_paths if p.startswith("/api/")])
+    # the next run (no proxy) and huggingface_hub's own calls in this process do not inherit it
+    before = len(proxy.seen)
+    check_mode_run(lab_hub, tmp_path / "e")
+    from huggingface_hub import HfApi
+
+    HfApi(endpoint=lab_hub.api, token=False).model_info(TARGET)
+    assert len(proxy.seen) == before
+
+
+def test_listing_trusts_ca_path(tls_hub, lab_hub, tmp_path):
+    front, ca, dummy = tls_hub
+    res = check_mode_run(lab_hub, tmp_path / "d", endpoint=front.url, ca_path=ca)
+    assert res["commit"] == lab_hub.files_at(TARGET, "main")[0]
+    assert front.handshakes >= 1
+
+
+def test_listing_refuses_a_certificate_not_signed_by_ca_path(tls_hub, lab_hub, tmp_path):
+    front, dummy, other = tls_hub
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        check_mode_run(lab_hub, tmp_path / "d", endpoint=front.url, ca_path=other)
+    assert "ca_path" in err.value.msg and "certificate" in err.value.msg.lower(), err.value.msg
+    assert front.handshakes == 0
+    # nor is the public CA store enough: the private CA must be named
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        check_mode_run(lab_hub, tmp_path / "e", endpoint=front.url)
+    assert "ca_path" in err.value.msg, err.value.msg
+
+
+def test_validate_certs_false_lists_without_the_ca(tls_hub, lab_hub, tmp_path):
+    front, dummy, dummy2 = tls_hub
+    res = check_mode_run(lab_hub, tmp_path / "d", endpoint=front.url, validate_certs=False)
+    assert res["commit"] == lab_hub.files_at(TARGET, "main")[0]
+
+
+def test_hub_http_config_repr_hides_the_proxy():
+    config = _hub.HubHTTPConfig(proxy="http://user:s3cret@proxy:3128", validate_certs=True, ca_path=None)
+    assert "s3cret" not in repr(config)
