@@ -34,6 +34,7 @@ from urllib import request as _urlrequest
 # bytes they receive, check them against blob_id and record the sha256 themselves.
 RemoteFile = collections.namedtuple("RemoteFile", ["path", "size", "blob_id", "sha256", "lfs"])
 
+
 def hf_api(endpoint: str | None = None, token: str | bool | None = None, *, proxy: str | None = None,
            validate_certs: bool = True, ca_path: str | None = None) -> _ConfiguredApi:
     """An HfApi bound to ``endpoint`` (None: HF_ENDPOINT or the public Hub) and ``token``, whose every
@@ -48,6 +49,7 @@ def hf_api(endpoint: str | None = None, token: str | bool | None = None, *, prox
     return _ConfiguredApi(HfApi(endpoint=endpoint, token=token),
                           HubHTTPConfig(proxy=proxy, validate_certs=validate_certs, ca_path=ca_path))
 
+
 class HubHTTPConfig(collections.namedtuple("HubHTTPConfig", ["proxy", "validate_certs", "ca_path"])):
     """How huggingface_hub's own HTTP client reaches the Hub during one of our calls."""
 
@@ -58,14 +60,17 @@ class HubHTTPConfig(collections.namedtuple("HubHTTPConfig", ["proxy", "validate_
         return "HubHTTPConfig(proxy=%s, validate_certs=%r, ca_path=%r)" % (
             "<set>" if self.proxy else None, self.validate_certs, self.ca_path)
 
+
 class HubTLSError(OSError):
     """The endpoint's TLS certificate was refused (or the handshake failed): says which option fixes it."""
+
 
 # huggingface_hub keeps ONE client for the whole process (get_session) and builds it with a global
 # factory. Our options must reach it, yet never outlive our call: tests and long-lived processes run
 # many fetches with different proxies/CAs in one interpreter. So each call installs a factory for its
 # options under this lock and puts the previous factory back (closing the client built for it).
 _CLIENT_LOCK = threading.RLock()
+
 
 def _client_factory(config: HubHTTPConfig) -> Callable[[], Any]:
     from huggingface_hub.utils import _http as hf_http  # late, as in hf_api
@@ -87,6 +92,7 @@ def _client_factory(config: HubHTTPConfig) -> Callable[[], Any]:
         return httpx.Client(**kwargs)
 
     return factory
+
 
 @contextlib.contextmanager
 def hub_http(config: HubHTTPConfig) -> Iterator[None]:
@@ -111,6 +117,7 @@ def hub_http(config: HubHTTPConfig) -> Iterator[None]:
         finally:
             huggingface_hub.set_client_factory(previous)
 
+
 def _tls_failure(exc: BaseException) -> str | None:
     """The TLS error in ``exc``'s chain (the HTTP library wraps ssl's), None if there is none."""
     seen = 0
@@ -123,6 +130,7 @@ def _tls_failure(exc: BaseException) -> str | None:
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return None
+
 
 class _ConfiguredApi(object):
     """HfApi whose calls run under ``hub_http(config)``; a generator (list_repo_tree) is read whole
@@ -146,6 +154,7 @@ class _ConfiguredApi(object):
 
         return call
 
+
 def resolve_commit(api, repo_id, revision, repo_type="model"):
     """The 40-hex commit sha that ``revision`` (branch, tag or sha) names right now.
 
@@ -157,6 +166,7 @@ def resolve_commit(api, repo_id, revision, repo_type="model"):
         raise UntrustedAnswerError("its answer for revision %r of %s carries no 40-hex commit sha (got %s)"
                                    % (revision, repo_id, _shown(sha)))
     return sha
+
 
 def list_revision(api, repo_id, commit, repo_type="model"):
     """Every file of ``repo_id`` at ``commit``, as RemoteFile, sorted by path.
@@ -174,6 +184,7 @@ def list_revision(api, repo_id, commit, repo_type="model"):
     files.sort(key=lambda f: f.path)
     return files
 
+
 # ----------------------------------------------------------------------------- URL resolving
 #
 # aria2 sends every --header / header= value to every host a redirect leads it to, so it must never
@@ -189,6 +200,7 @@ USER_AGENT = "gpufleet.llm-hf_snapshot"
 # expires: unix time after which a signed URL stops working (None when unknown).
 ResolvedURL = collections.namedtuple("ResolvedURL", ["url", "direct", "size", "sha256", "etag", "commit", "expires"])
 
+
 class HubHTTPError(Exception):
     """An HTTP answer from the Hub that is not what a resolve expects."""
 
@@ -199,8 +211,10 @@ class HubHTTPError(Exception):
         self.retry_after = retry_after
         self.url = url
 
+
 class TokenLeakError(Exception):
     """The Hub handed out a URL that contains the token: refuse to pass it on."""
+
 
 def repo_url_prefix(endpoint, repo_id, repo_type="model"):
     base = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
@@ -210,12 +224,14 @@ def repo_url_prefix(endpoint, repo_id, repo_type="model"):
         return "%s/spaces/%s" % (base, repo_id)
     return "%s/%s" % (base, repo_id)
 
+
 def resolve_url_for(endpoint, repo_id, commit, path, repo_type="model"):
     return "%s/resolve/%s/%s" % (
         repo_url_prefix(endpoint, repo_id, repo_type),
         _urlparse.quote(commit, safe=""),
         _urlparse.quote(path, safe="/"),
     )
+
 
 def same_origin(url_a, url_b):
     a, b = _urlparse.urlsplit(url_a), _urlparse.urlsplit(url_b)
@@ -225,8 +241,10 @@ def same_origin(url_a, url_b):
         b.port or _default_port(b.scheme),
     )
 
+
 def _default_port(scheme):
     return 443 if scheme == "https" else 80
+
 
 def retry_after_seconds(value, now=None):
     """Seconds a Retry-After header asks for (delta-seconds or an HTTP date), None if unusable."""
@@ -243,6 +261,7 @@ def retry_after_seconds(value, now=None):
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
+
 class NoRedirect(_urlrequest.HTTPRedirectHandler):
     """The collection's one redirect guard: a 3xx comes back to the caller as an HTTPError.
 
@@ -253,6 +272,7 @@ class NoRedirect(_urlrequest.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         return None
 
+
 def ssl_context(validate_certs=True, ca_path=None):
     if not validate_certs:
         ctx = ssl.create_default_context()
@@ -260,6 +280,7 @@ def ssl_context(validate_certs=True, ca_path=None):
         ctx.verify_mode = ssl.CERT_NONE
         return ctx
     return ssl.create_default_context(cafile=ca_path) if ca_path else ssl.create_default_context()
+
 
 def url_opener(proxy=None, validate_certs=True, ca_path=None, follow_redirects=False):
     handlers = [_urlrequest.HTTPSHandler(context=ssl_context(validate_certs, ca_path))]
@@ -270,6 +291,7 @@ def url_opener(proxy=None, validate_certs=True, ca_path=None, follow_redirects=F
         handlers.append(NoRedirect())
     return _urlrequest.build_opener(*handlers)
 
+
 def _strip_quotes(value):
     if not value:
         return None
@@ -277,6 +299,7 @@ def _strip_quotes(value):
     if value.startswith("W/"):
         value = value[2:]
     return value.strip('"') or None
+
 
 def signed_url_expiry(url: str) -> int | None:
     """Unix time a signed URL expires, when its query says so (None when it does not).
@@ -298,6 +321,7 @@ def signed_url_expiry(url: str) -> int | None:
         return int(when.timestamp()) + int(lifetime)
     return None
 
+
 def _error_message(exc):
     message = exc.headers.get("X-Error-Message") if exc.headers else None
     if not message:
@@ -308,6 +332,7 @@ def _error_message(exc):
         match = re.search(r'"error"\s*:\s*"([^"]*)"', body)
         message = match.group(1) if match else (body.strip()[:200] or exc.reason)
     return "%s %s" % (exc.code, message)
+
 
 def resolve_file(opener, endpoint, repo_id, commit, path, *, token=None, repo_type="model", timeout=60.0, max_hops=3):
     """HEAD the file's resolve URL (token only to the endpoint) and say where aria2 should GET it.
@@ -356,6 +381,7 @@ def resolve_file(opener, endpoint, repo_id, commit, path, *, token=None, repo_ty
         return ResolvedURL(url, True, size, sha256, etag, commit_seen, None)
     raise HubHTTPError(310, "more than %d same-origin redirects resolving %s" % (max_hops, path), url=path)
 
+
 def download_direct(opener, url, out_path, token=None, timeout=60.0, chunk=1 << 20):
     """GET ``url`` from the endpoint itself into ``out_path`` (resuming an existing prefix).
 
@@ -388,23 +414,29 @@ def download_direct(opener, url, out_path, token=None, timeout=60.0, chunk=1 << 
                 received += len(data)
     return received
 
+
 # ----------------------------------------------------------------------------- answers checked on entry
 #
 # A listing's ids and paths become file names (staging files are named by content id, final paths by
 # path): anything but the exact shapes the Hub uses could walk out of the destination.
 
+
 class UntrustedAnswerError(Exception):
     """The endpoint answered what no honest Hub answers (a malformed id, path or commit): never retried."""
 
+
 _HEX = frozenset("0123456789abcdef")
+
 
 def _is_hex(value, length):
     return isinstance(value, str) and len(value) == length and set(value) <= _HEX
+
 
 def _shown(value):
     """A remote value as an error shows it: quoted, cut to 120 characters."""
     text = repr(value)
     return text if len(text) <= 120 else text[:117] + "..."
+
 
 def _checked_file(repo_id, commit, path, *, size, blob_id, sha256, lfs):
     """A RemoteFile from one listing entry, or UntrustedAnswerError naming the file and the bad field."""
