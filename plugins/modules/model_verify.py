@@ -16,7 +16,9 @@ description:
   - "C(config.json) parses and every O(expect) holds; the weights index (C(model.safetensors.index.json)) or the
     single C(model.safetensors) parses, its C(weight_map) is non-empty, every shard it names exists as a regular
     file inside O(path) (a symlink leading out of the tree is a problem); no C(.safetensors) file the index does not
-    reference and no partial downloads (C(.aria2), C(.incomplete), C(.part), ...)."
+    reference and no partial downloads (C(.aria2), C(.incomplete), C(.part), ...). Unreferenced weights SGLang never
+    loads are notices: C(consolidated*.safetensors) beside the index, C(consolidated.safetensors) beside a lone
+    C(model.safetensors), and any C(.safetensors) file in a subdirectory such as C(original/)."
   - "Every shard's header parses with the safetensors library and the file size is exactly 8 + header length +
     data length (truncated files and trailing bytes both fail; zero-byte files fail); every tensor of the
     C(weight_map) is in the header of the shard it maps to and every header tensor is in the C(weight_map);
@@ -52,9 +54,11 @@ options:
       - V(quick) reads config, index and shard headers and hashes only the small files; its cost does not grow with
         the size of the weights.
       - V(full) hashes every file.
-      - V(auto) hashes the small files and every weight file whose stat record (size, mtime, inode, device, ctime)
+      - V(auto) hashes the small files and every weight file whose stat record (size, mtime, ctime, inode)
         changed since it last matched its sha256, and records the results in C(<path>/.gpufleet/statcache.json)
-        (atomically; not in check mode).
+        (atomically; not in check mode). Before it has a record of its own, hf_snapshot's manifest record
+        vouches for a file; a record without ctime (an older manifest) vouches for nothing. The device number is
+        not compared, so a remount alone causes no re-hash.
     type: str
     choices: [quick, full, auto]
     default: auto
@@ -98,8 +102,9 @@ options:
     type: int
   allow_stray:
     description:
-      - Report partial downloads and C(.safetensors) files the index does not reference as warnings instead of
-        problems.
+      - Report complete C(.safetensors) files the index does not reference as warnings instead of problems.
+      - Partial downloads (C(.aria2), C(.incomplete) and the other partial suffixes) stay problems: each stands for a
+        file whose download did not finish.
     type: bool
     default: false
   fail_on_problem:
