@@ -15,10 +15,11 @@ a later step or the result needs, so a step can be run and tested on its own.
 from __future__ import annotations
 
 import glob
+import json
 import os
 from dataclasses import dataclass
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _dflash, _expect, _jsonfile
+from ansible_collections.gpufleet.llm.plugins.module_utils import _dflash, _expect
 from ansible_collections.gpufleet.llm.plugins.module_utils import _safetensors as _st
 from ansible_collections.gpufleet.llm.plugins.module_utils._strays import is_partial
 
@@ -67,15 +68,20 @@ def listed(items, limit: int = MAX_LISTED) -> str:
 
 
 def read_config(root: str, name: str = CONFIG) -> tuple:
-    """(dict, None) or (None, problem line); a hostile file (FIFO, device, huge, too deep) is a problem too."""
+    """(dict, None) or (None, problem line)."""
     path = os.path.join(root, name)
     label = os.path.join(os.path.basename(os.path.normpath(root)), name) if name != CONFIG else name
     try:
-        data = _jsonfile.read_json_file(path)
-    except _jsonfile.JsonFileError as exc:
-        if exc.missing:
-            return None, "%s is missing in %s; re-fetch it (hf_snapshot)" % (label, root)
-        return None, "%s %s; replace it with the real file: re-fetch it (hf_snapshot)" % (label, exc)
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        return None, "%s is missing in %s; re-fetch it (hf_snapshot)" % (label, root)
+    except OSError as exc:
+        return None, "%s cannot be read (%s); re-fetch it (hf_snapshot)" % (label, exc.strerror or exc)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return None, "%s is not valid JSON (%s); re-fetch it (hf_snapshot)" % (label, exc)
     if not isinstance(data, dict):
         return None, "%s is not a JSON object; re-fetch it (hf_snapshot)" % label
     return data, None
