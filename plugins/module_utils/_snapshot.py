@@ -38,6 +38,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_stag
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_progress import Progress, Timings, human
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_settings import Settings
+from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_settings import argument_spec as settings_spec
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 # What makes two manifests the same revision of the same selection (``written_at`` does not count).
@@ -86,15 +87,27 @@ def offline_manifest(settings: Settings) -> dict[str, Any] | None:
     return manifest
 
 
+def argument_spec() -> dict[str, dict[str, Any]]:
+    """hf_snapshot's argument spec: the fetch's settings, plus ``resolve_only`` (how this call runs,
+    like check mode: not a setting of the fetch, so not part of Settings)."""
+    spec = settings_spec()
+    spec["resolve_only"] = dict(type="bool", default=False)
+    return spec
+
+
 def snapshot(params: Mapping[str, Any], check_mode: bool = False,
-             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+             log: Callable[[str], None] | None = None,
+             warn: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run hf_snapshot; returns the result dict (changed, commit, files, ...). Raises SnapshotError.
 
-    Whatever token is in use (given or the host's), it never appears in an error.
+    Whatever token is in use (given or the host's), it never appears in an error. ``warn``: where
+    check mode reports what would fail a real run (disk space, aria2c).
     """
     token = host_token(params.get("token"))
     try:
-        return Run(Settings.from_params(params), token=token, check_mode=check_mode, log=log).go()
+        run = Run(Settings.from_params(params), token=token, check_mode=check_mode, log=log,
+                  resolve_only=bool(params.get("resolve_only")), warn=warn)
+        return run.go()
     except SnapshotError as exc:
         exc.mask(token)
         raise
@@ -118,7 +131,8 @@ class Run(object):
     """One hf_snapshot call: its settings and token, and what it learns (commit, timings)."""
 
     def __init__(self, settings: Settings, *, token: str | None, check_mode: bool = False,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None, resolve_only: bool = False,
+                 warn: Callable[[str], None] | None = None) -> None:
         self.settings = settings
         self.dest = settings.dest
         self.staging = _staging.staging_dir(settings.dest)
@@ -126,12 +140,18 @@ class Run(object):
         self.use_token = False  # the listing decides: only a repo that needs it gets the token
         self.check_mode = check_mode
         self.log = log or (lambda msg: None)
+        self.warn = warn or self.log
+        self.resolve_only = resolve_only
         self.started = time.monotonic()
         self.timings = Timings()
         self.commit: str | None = None
         self.aria2c_path = find_aria2c(settings.aria2c)
 
     def go(self) -> dict[str, Any]:
+        if self.resolve_only:
+            # The revision's commit and file list only: dest is neither read nor created, so no plan,
+            # no disk preflight and no lock (the model role resolves a commit before it knows dest).
+            return self._listed(self._list())
         manifest = offline_manifest(self.settings)
         if manifest is not None:
             return self._offline(manifest)
@@ -181,6 +201,12 @@ class Run(object):
                                 % (s.repo_id, self.commit, s.allow_patterns, s.ignore_patterns))
         return items
 
+    def _listed(self, items: Sequence[_plan.Item]) -> dict[str, Any]:
+        res = self._result([_row(item, "listed") for item in items], fetched_bytes=0, strays=[], pruned=[],
+                           changed=False)
+        res["resolve_only"] = True
+        return res
+
     def _own_manifest(self) -> dict[str, Any] | None:
         """The manifest already in dest (None when absent or unreadable); refuses another repo's."""
         try:
@@ -201,29 +227,38 @@ class Run(object):
         _plan.plan(items, manifest, link_from=s.link_from, workers=s.hash_workers)
         self.timings.took("plan", mark)
         to_fetch = _plan.unique_fetches(items)
-        disk = _plan.disk_figures(self.dest, to_fetch=to_fetch, staging=self.staging, min_free_bytes=s.min_free_bytes)
-        if to_fetch and disk["free_bytes"] < disk["needed_bytes"] + s.min_free_bytes:
-            raise SnapshotError(self._no_space_message(len(to_fetch), disk), disk=disk)
+        disk = _plan.disk_figures(self.dest, to_fetch=to_fetch, staging=self.staging, min_free_bytes=s.min_free_bytes,
+                                  to_link=[item for item in items if item.action == "link"])
+        blockers = []
+        if disk["short_bytes"]:
+            blockers.append(SnapshotError(self._no_space_message(len(to_fetch), disk), disk=disk))
         if to_fetch and not self.aria2c_path:
-            raise SnapshotError("aria2c not found%s: install the aria2 package or set the aria2c option"
-                                % (" at %s" % s.aria2c if s.aria2c else " on PATH"))
+            blockers.append(SnapshotError("aria2c not found%s: install the aria2 package or set the aria2c option"
+                                          % (" at %s" % s.aria2c if s.aria2c else " on PATH")))
+        if blockers and not self.check_mode:
+            raise blockers[0]
         if self.check_mode:
-            return self._preview(items, to_fetch, disk)
+            # Check mode answers "what would this do": a run that would fail says why, with the figures,
+            # instead of hiding the rest of the answer behind the first failure.
+            for blocker in blockers:
+                self.warn("check mode: a real run would fail: %s" % blocker.msg)
+            return self._preview(items, to_fetch, disk, blocked=[b.msg for b in blockers])
         return self._land(items, disk)
 
     def _no_space_message(self, files: int, disk: Mapping[str, Any]) -> str:
         needed, free = disk["needed_bytes"], disk["free_bytes"]
         return (
-            "not enough disk space for %s@%s in %s: %d file(s) need %s (%d bytes) plus the %s headroom "
+            "not enough disk space for %s@%s in %s: %d file(s) to fetch need %s (%d bytes; hard links supply %s "
+            "more) plus the %s headroom "
             "(min_free_bytes), but the filesystem of %s has %s (%d bytes) free; free space, use a bigger "
             "volume or lower min_free_bytes" % (
                 self.settings.repo_id, self.commit[:12], self.dest, files, human(needed), needed,
-                human(self.settings.min_free_bytes), disk["filesystem"], human(free), free,
+                human(disk["linked_bytes"]), human(self.settings.min_free_bytes), disk["filesystem"], human(free), free,
             )
         )
 
     def _preview(self, items: Sequence[_plan.Item], to_fetch: Mapping[str, _plan.Item],
-                 disk: dict[str, Any]) -> dict[str, Any]:
+                 disk: dict[str, Any], *, blocked: list[str]) -> dict[str, Any]:
         """Check mode: what would be fetched or linked, and the disk figures; writes nothing."""
         wanted = {item.remote.path for item in items}
         strays = []
@@ -235,6 +270,7 @@ class Run(object):
                            changed=changed)
         res["bytes_to_fetch"] = disk["needed_bytes"]
         res["disk"] = disk
+        res["blocked"] = blocked
         return res
 
     def _link_or_fetch(self, items: Sequence[_plan.Item]) -> None:

@@ -157,9 +157,32 @@ def free_bytes(path: str) -> tuple[int, str]:
     return st.f_bavail * st.f_frsize, probe
 
 
-def disk_figures(dest: str, *, to_fetch: dict[str, Item], staging: str, min_free_bytes: int) -> dict[str, Any]:
-    """The disk preflight: bytes still needed (less what staging files already hold) and bytes free."""
-    have = sum(_strays.allocated_bytes(os.path.join(staging, key)) for key in to_fetch)
-    needed = max(0, sum(item.remote.size for item in to_fetch.values()) - have)
+def _same_filesystem(path: str, device: int) -> bool:
+    try:
+        return os.stat(path).st_dev == device
+    except OSError:
+        return False
+
+
+def disk_figures(dest: str, *, to_fetch: dict[str, Item], staging: str, min_free_bytes: int,
+                 to_link: Iterable[Item] = ()) -> dict[str, Any]:
+    """The disk preflight: bytes still needed (less what staging files already hold) and bytes free.
+
+    ``to_link``: items planned as hard links. A link takes no space only on dest's own filesystem;
+    one whose source lives elsewhere will be fetched (EXDEV), so its bytes count as needed.
+    ``short_bytes`` > 0 means the fetch does not fit with ``min_free_bytes`` left over.
+    """
     free, probe = free_bytes(dest)
-    return {"needed_bytes": needed, "free_bytes": free, "min_free_bytes": min_free_bytes, "filesystem": probe}
+    device = os.stat(probe).st_dev
+    linked = 0
+    copies: dict[str, Item] = {}
+    for item in to_link:
+        if item.source and _same_filesystem(item.source[0], device):
+            linked += item.remote.size
+        elif item.key not in to_fetch:
+            copies.setdefault(item.key, item)
+    pending = list(to_fetch.values()) + list(copies.values())
+    have = sum(_strays.allocated_bytes(os.path.join(staging, item.key)) for item in pending)
+    needed = max(0, sum(item.remote.size for item in pending) - have)
+    return {"needed_bytes": needed, "free_bytes": free, "min_free_bytes": min_free_bytes, "filesystem": probe,
+            "linked_bytes": linked, "short_bytes": max(0, needed + min_free_bytes - free) if pending else 0}

@@ -24,13 +24,22 @@ description:
     the token, and never anything on its command line. Public repos are fetched without a token.
   - Writes C(dest/.gpufleet/manifest.json) atomically under an exclusive lock on O(dest), with the
     commit and every file's path, size, sha256, the Hub's id for it and a stat record for cheap re-checks.
+  - A stat record is (size, mtime, ctime, inode), taken after the module's own last change to the file (its rename
+    into place, a hard link it made), so that change does not count. ctime moves on every write, even one whose
+    mtime was put back, so such a file is hashed again. The device number is not compared, so a remount does not
+    force a re-hash. Linking a file from O(link_from) moves the ctime of the source revision's file too: that
+    revision's files shared with the new one are hashed once more if it is fetched again (a rollback) or
+    verified in auto mode. A manifest written before ctime was recorded makes the next run hash every file once.
   - A re-run with everything in place is C(changed=false) and transfers no file bytes; a pinned
     commit whose manifest matches needs no network at all. A file whose stat no longer matches the
     manifest is hashed again and re-fetched when it differs.
   - While it runs, C(dest/.gpufleet/progress.json) holds bytes done, rate and ETA (use the task
     with C(async)/C(poll) and read that file to show progress, as the gpufleet.llm.model role does).
   - Fails before fetching when the filesystem lacks the bytes still needed plus O(min_free_bytes),
-    naming needed and free bytes.
+    naming needed and free bytes. Files hard-linked from O(link_from) on the same filesystem need no
+    space; a O(link_from) on another filesystem cannot be hard-linked, so its files count as needed.
+  - In check mode a run that would fail for lack of space or of C(aria2c) is reported, not failed -
+    a warning, RV(blocked) and the figures in RV(disk).
 author:
   - gpufleet.llm contributors (@gpufleet)
 extends_documentation_fragment:
@@ -38,7 +47,10 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Lists the revision and reports what would be fetched or linked and how many bytes; writes nothing.
+    details:
+      - Lists the revision and reports what would be fetched or linked and how many bytes; writes nothing.
+      - What would make a real run fail before fetching (disk space, no C(aria2c)) is a warning and
+        RV(blocked), with the figures in RV(disk), not a failure.
   diff_mode:
     support: none
   idempotent:
@@ -149,12 +161,23 @@ options:
     description: Path of the aria2c binary. Default the one on C(PATH).
     type: path
   lock_timeout:
-    description: Seconds to wait for another run holding the lock on O(dest) before failing.
+    description:
+      - Seconds to wait for another run holding the lock on O(dest) before failing.
+      - When several hosts share one models_root (NFS, CephFS), that run may be on another host; the failure
+        says so and names the lock file.
     type: int
     default: 600
   hash_workers:
     description: Threads hashing existing files. Default one per CPU.
     type: int
+  resolve_only:
+    description:
+      - Only resolve O(revision) to a commit and list the selected files (RV(commit), RV(files) with
+        action C(listed)). O(dest) is neither read nor created, nothing is planned, hashed or
+        fetched, and there is no disk preflight, so it answers on a host whose disk could not hold
+        the whole revision (the gpufleet.llm.model role resolves its commit this way).
+    type: bool
+    default: false
 requirements:
   - huggingface_hub >= 1.0 (the gpufleet.llm.model role installs it into its tools venv)
   - aria2c on the host
@@ -202,7 +225,7 @@ files:
   description:
     - Every selected file with its action. C(present) was already there and verified, C(fetched),
       C(resumed) (finished from an earlier partial), C(linked) (hard link from O(link_from)).
-    - In check mode the action is C(present), C(fetch) or C(link).
+    - In check mode the action is C(present), C(fetch) or C(link); with O(resolve_only) C(listed).
   returned: success
   type: list
   elements: dict
@@ -255,9 +278,24 @@ manifest:
   returned: success
   type: str
 disk:
-  description: The disk preflight figures (needed_bytes, free_bytes, min_free_bytes, filesystem).
-  returned: when the revision was listed
+  description:
+    - The disk preflight figures - C(needed_bytes) (to fetch, less what staging already holds),
+      C(linked_bytes) (what hard links from O(link_from) supply without using space), C(free_bytes),
+      C(min_free_bytes), C(short_bytes) (how much is missing; C(0) when the fetch fits) and
+      C(filesystem) (the directory measured).
+  returned: when the revision was planned (not with O(resolve_only))
   type: dict
+  sample: {"needed_bytes": 3282, "linked_bytes": 632007321600, "free_bytes": 411000000000,
+           "min_free_bytes": 10737418240, "short_bytes": 0, "filesystem": "/srv/models"}
+blocked:
+  description: Check mode - why a real run would fail before fetching (disk space, C(aria2c)); empty when it would not.
+  returned: check mode
+  type: list
+  elements: str
+resolve_only:
+  description: True when O(resolve_only) was set (the result holds the listing only).
+  returned: when O(resolve_only) was set
+  type: bool
 offline:
   description: True when a pinned commit with a matching manifest was checked without any network access.
   returned: success
@@ -281,15 +319,15 @@ else:
     HAS_HF = True
     HF_IMPORT_ERROR = None
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot, _snapshot_settings
+from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot
 
 
 def main():
-    module = AnsibleModule(argument_spec=_snapshot_settings.argument_spec(), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=_snapshot.argument_spec(), supports_check_mode=True)
     if not HAS_HF:
         module.fail_json(msg=missing_required_lib("huggingface_hub"), exception=HF_IMPORT_ERROR)
     try:
-        result = _snapshot.snapshot(module.params, check_mode=module.check_mode, log=module.log)
+        result = _snapshot.snapshot(module.params, check_mode=module.check_mode, log=module.log, warn=module.warn)
     except _snapshot.SnapshotError as exc:
         module.fail_json(**exc.fail_kwargs())
     module.exit_json(**result)
