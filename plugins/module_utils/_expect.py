@@ -100,7 +100,16 @@ def evaluate(expectations, config, source="config.json"):
     details = []
     problems = []
     for exp in expectations:
-        actual = exp.compiled.search(config)
+        try:
+            actual = exp.compiled.search(config)
+        except (JMESPathError, TypeError, ValueError, ArithmeticError, RecursionError) as exc:
+            # A valid expression can still raise on this config (length(missing), sort over mixed types):
+            # that is one problem line, never a crash that would lose the rest of the report.
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            details.append({"expression": exp.expression, "expected": exp.expected, "actual": None, "ok": False})
+            problems.append("%s: expect %s cannot be evaluated on this file (%s); fix the expression in expect "
+                            "(e.g. guard it: length(key || `[]`))" % (source, exp.expression, first))
+            continue
         ok = same_value(exp.expected, actual)
         details.append({"expression": exp.expression, "expected": exp.expected, "actual": actual, "ok": ok})
         if ok:

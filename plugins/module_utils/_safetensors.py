@@ -17,12 +17,11 @@ bytes: no header JSON needs parsing in Python on the fast path.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import traceback
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils import _jsonfile, _manifest
 from ansible_collections.gpufleet.llm.plugins.module_utils._paths import INDEX, SINGLE, UnsafePathError, dest_path
 
 try:
@@ -95,16 +94,9 @@ def load_index(root):
     path = os.path.join(root, INDEX)
     fix = "re-fetch %s" % INDEX
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except OSError as exc:
-        raise IndexError_("%s cannot be read (%s); %s" % (INDEX, exc.strerror or exc, fix))
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise IndexError_("%s is not UTF-8 (byte %d); %s" % (INDEX, exc.start, fix))
-    except ValueError as exc:
-        raise IndexError_("%s is not valid JSON (%s); %s" % (INDEX, exc, fix))
+        data = _jsonfile.read_json_file(path)
+    except _jsonfile.JsonFileError as exc:
+        raise IndexError_("%s %s; %s" % (INDEX, "cannot be read (it is missing)" if exc.missing else exc, fix))
     if not isinstance(data, dict):
         raise IndexError_("%s is not a JSON object; %s" % (INDEX, fix))
     weight_map = data.get("weight_map")
@@ -161,14 +153,9 @@ def _describe_rejection(path, rel, size, header_len, lib_message):
         return "%s: truncated inside its header (%d of %d header bytes present); %s" % (
             rel, len(raw), header_len, FIX_REFETCH)
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return "%s: header is not UTF-8 (bad byte at header offset %d); the file is corrupt, %s" % (
-            rel, exc.start, FIX_REFETCH)
-    try:
-        header = json.loads(text)
-    except ValueError as exc:
-        return "%s: header is not JSON (%s); the file is corrupt, %s" % (rel, exc, FIX_REFETCH)
+        header = _jsonfile.parse_json(raw, invalid="is not JSON")
+    except _jsonfile.JsonFileError as exc:
+        return "%s: header %s; the file is corrupt, %s" % (rel, exc, FIX_REFETCH)
     if not isinstance(header, dict):
         return "%s: header is not a JSON object; the file is corrupt, %s" % (rel, FIX_REFETCH)
     spans = []
@@ -177,9 +164,10 @@ def _describe_rejection(path, rel, size, header_len, lib_message):
             continue
         try:
             spans.append((int(info["data_offsets"][0]), int(info["data_offsets"][1])))
-        except (TypeError, KeyError, IndexError, ValueError):
+        # OverflowError: JSON reads 1e400 as inf, which int() refuses with it.
+        except (TypeError, KeyError, IndexError, ValueError, OverflowError):
             return "%s: header entry %r has no valid data_offsets; the file is corrupt, %s" % (
-                rel, name, FIX_REFETCH)
+                rel, name[:120], FIX_REFETCH)
     spans.sort()
     data_end = 0
     for begin, end in spans:
