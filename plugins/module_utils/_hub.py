@@ -30,6 +30,8 @@ from urllib import error as _urlerror
 from urllib import parse as _urlparse
 from urllib import request as _urlrequest
 
+from ansible_collections.gpufleet.llm.plugins.module_utils import _paths
+
 # sha256 is None for a non-LFS file: the Hub gives only its git blob id (blob_id); callers hash the
 # bytes they receive, check them against blob_id and record the sha256 themselves.
 RemoteFile = collections.namedtuple("RemoteFile", ["path", "size", "blob_id", "sha256", "lfs"])

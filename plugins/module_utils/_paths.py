@@ -28,12 +28,11 @@ class UnsafePathError(ValueError):
     """A remote path that would land outside the destination directory."""
 
 
-def dest_path(dest, remote_path):
-    """Return the absolute local path for ``remote_path`` inside ``dest``.
+def check_relative(remote_path: str) -> list[str]:
+    """The components of ``remote_path``, once it is a plain relative path; UnsafePathError if not.
 
-    Raises UnsafePathError when the path is empty, absolute, has ``..``/``.``/empty components,
-    carries a NUL or backslash, or resolves (following symlinks that already exist inside
-    ``dest``) to a place outside ``dest``.
+    Refuses an empty or non-string path, NUL, backslash, an absolute path and ``..``/``.``/empty
+    components. Checked where a listing enters (``_hub.list_revision``) and again by :func:`dest_path`.
     """
     if not isinstance(remote_path, str) or not remote_path:
         raise UnsafePathError("empty remote path")
@@ -47,7 +46,16 @@ def dest_path(dest, remote_path):
     parts = remote_path.split("/")
     if any(part in ("", ".", "..") for part in parts):
         raise UnsafePathError("remote path %r has an empty, '.' or '..' component" % remote_path)
+    return parts
 
+
+def dest_path(dest: str, remote_path: str) -> str:
+    """Return the absolute local path for ``remote_path`` inside ``dest``.
+
+    Raises UnsafePathError when :func:`check_relative` refuses the path, or when it resolves
+    (following symlinks that already exist inside ``dest``) to a place outside ``dest``.
+    """
+    parts = check_relative(remote_path)
     root = os.path.realpath(dest)
     candidate = os.path.join(root, *parts)
     # realpath follows symlinks that exist now; a link inside dest pointing out is caught here.

@@ -152,6 +152,7 @@ class Run(object):
             # The revision's commit and file list only: dest is neither read nor created, so no plan,
             # no disk preflight and no lock (the model role resolves a commit before it knows dest).
             return self._listed(self._list())
+        self._refuse_symlinked_meta()
         manifest = offline_manifest(self.settings)
         if manifest is not None:
             return self._offline(manifest)
@@ -164,6 +165,15 @@ class Run(object):
                 return self._apply(items)
         except _manifest.LockTimeout as exc:
             raise SnapshotError(str(exc))
+
+    def _refuse_symlinked_meta(self) -> None:
+        """dest/.gpufleet and its staging dir are written as root: never through a link to elsewhere."""
+        for path in (_manifest.meta_dir(self.dest), self.staging):
+            if os.path.islink(path):
+                raise SnapshotError(
+                    "%s is a symlink (to %s): hf_snapshot writes its manifest, lock and staging files there and "
+                    "refuses to follow a link that could point anywhere; remove the link (a real directory is "
+                    "made in its place) and run again" % (path, os.readlink(path)))
 
     def _offline(self, manifest: dict[str, Any]) -> dict[str, Any]:
         self.commit = manifest["commit"]
@@ -302,7 +312,13 @@ class Run(object):
                             items=list(_plan.unique_fetches(fetching).values()))
         bytes_before = progress.bytes_done() if progress.items else 0
         progress.write()
-        failed = self._new_transfer(fetching, progress).run() if fetching else {}
+        try:
+            failed = self._new_transfer(fetching, progress).run() if fetching else {}
+        except _hub.TokenLeakError as exc:
+            progress.write(state="failed", message="refused a URL that carries the token")
+            raise SnapshotError("%s. Nothing was handed to aria2: the endpoint (or a proxy on the way) puts the token "
+                                "into redirect URLs, which would send it to every host they lead to; fix or "
+                                "replace the endpoint, and rotate the token if it may have been logged" % exc)
         fetched_bytes = max(0, sum(it.remote.size for it in progress.items if it.stat is not None) - bytes_before)
 
         strays = _strays.scan_strays(self.dest, wanted={item.remote.path for item in items}, staging=self.staging,

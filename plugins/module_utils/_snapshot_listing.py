@@ -116,6 +116,8 @@ def list_remote(settings: Any, *, token: str | None, log: Callable[[str], None])
             commit = _hub.resolve_commit(api, settings.repo_id, settings.revision, repo_type=settings.repo_type)
             files = _hub.list_revision(api, settings.repo_id, commit, repo_type=settings.repo_type)
             return commit, files, use_token
+        except _hub.UntrustedAnswerError as exc:
+            raise untrusted(settings, exc) from None
         except Exception as exc:  # pylint: disable=broad-except
             try:
                 last = _retryable(exc, settings, token=token, use_token=use_token)
@@ -129,3 +131,11 @@ def list_remote(settings: Any, *, token: str | None, log: Callable[[str], None])
             time.sleep(wait)
     raise SnapshotError("listing %s@%s on %s failed %d times, last: %s"
                         % (settings.repo_id, settings.revision, settings.endpoint_url, attempts, last))
+
+
+def untrusted(settings: Any, exc: Exception) -> SnapshotError:
+    """The failure for an answer no honest Hub gives: no retry can make it safe, so none is made."""
+    return SnapshotError(
+        "refusing what %s answered for %s: %s. The Hub never answers this: the endpoint (or a proxy or "
+        "man-in-the-middle on the way to it) is broken or untrusted, so nothing was written and the listing "
+        "is not retried; check endpoint, proxy and validate_certs" % (settings.endpoint_url, settings.repo_id, exc))

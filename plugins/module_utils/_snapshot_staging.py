@@ -75,7 +75,7 @@ def link_from_source(item: _snapshot_plan.Item, staging: str, dest: str) -> bool
         item.sha256 = digest
     else:
         item.sha256 = record.get("sha256") or item.remote.sha256
-    tmp = os.path.join(staging, item.key + ".link")
+    tmp = _paths.dest_path(staging, item.key + ".link")  # contained even if a key were hostile
     try:
         if os.path.lexists(tmp):
             os.unlink(tmp)
@@ -91,7 +91,7 @@ def link_from_source(item: _snapshot_plan.Item, staging: str, dest: str) -> bool
 def link_duplicate(first: _snapshot_plan.Item, other: _snapshot_plan.Item, staging: str, dest: str) -> None:
     """Place ``other`` (the same bytes as the placed ``first``) as a hard link, or a copy, of it."""
     other.source = (first.final, {"stat": first.stat, "sha256": first.sha256})
-    tmp = os.path.join(staging, other.key + ".link")
+    tmp = _paths.dest_path(staging, other.key + ".link")  # contained even if a key were hostile
     if os.path.lexists(tmp):
         os.unlink(tmp)
     try:

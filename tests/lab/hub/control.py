@@ -130,6 +130,7 @@ class LabControl:
         # can see the end of a response before the server thread gets to record it.
         self._finishing = 0
         self._settled = threading.Condition(self.lock)
+        self.listing: dict = {}  # repo id -> hostile-listing spec (set_listing)
 
     # -- config ------------------------------------------------------------------------------
 
@@ -173,6 +174,7 @@ class LabControl:
             self.rules = []
             self.log = []
             self._total_bucket = None
+            self.listing = {}
 
     def next_conn_id(self) -> int:
         with self.lock:
@@ -203,6 +205,26 @@ class LabControl:
                 if r.check(server, method, path, query) and hit is None:
                     hit = r
             return hit
+
+    # -- hostile listing ---------------------------------------------------------------------
+
+    def set_listing(self, body, append: bool = False) -> dict:
+        """Make the API lie about a repo (a broken or hostile mirror): see README "Hostile listing"."""
+        specs = body.get("repos") if isinstance(body, dict) else None
+        if not isinstance(specs, dict):
+            raise ConfigError('expected {"repos": {"<org/name>": {...}}}')
+        clean = {repo: _listing_spec(repo, spec) for repo, spec in specs.items()}
+        with self.lock:
+            self.listing = dict(self.listing, **clean) if append else clean
+            return {"repos": json.loads(json.dumps(self.listing))}
+
+    def get_listing(self) -> dict:
+        with self.lock:
+            return {"repos": json.loads(json.dumps(self.listing))}
+
+    def listing_for(self, repo_id: str) -> dict | None:
+        with self.lock:
+            return self.listing.get(repo_id)
 
     # -- request log -------------------------------------------------------------------------
 
@@ -244,3 +266,23 @@ class LabControl:
             self._settled.wait_for(lambda: self._finishing <= 0, timeout=settle)
             return [dict(e) for e in self.log
                     if e["seq"] > since and (server is None or e["server"] == server)]
+
+
+# What a hostile listing may replace in a file's tree / paths-info entry, and the switches of a repo.
+LISTING_FILE_KEYS = ("oid", "lfs_oid", "path", "size")
+LISTING_REPO_KEYS = ("files", "omit_sha", "leak_token")
+
+
+def _listing_spec(repo: str, spec) -> dict:
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{repo}: expected an object with some of {list(LISTING_REPO_KEYS)}")
+    unknown = set(spec) - set(LISTING_REPO_KEYS)
+    if unknown:
+        raise ConfigError(f"{repo}: unknown keys {sorted(unknown)}")
+    files = spec.get("files") or {}
+    if not isinstance(files, dict):
+        raise ConfigError(f"{repo}: files must map a real path to the fields to answer instead")
+    for path, fields in files.items():
+        if not isinstance(fields, dict) or not fields or set(fields) - set(LISTING_FILE_KEYS):
+            raise ConfigError(f"{repo}: files[{path!r}] must set some of {list(LISTING_FILE_KEYS)}")
+    return {"files": files, "omit_sha": bool(spec.get("omit_sha")), "leak_token": bool(spec.get("leak_token"))}

@@ -558,6 +558,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if f.lfs:
             d["lfs"] = {"oid": f.lfs["sha256"], "size": int(f.lfs["size"]),
                         "pointerSize": int(f.lfs["pointer_size"])}
+        hostile = self.hub.control.listing_for(repo.repo_id)
+        lies = hostile["files"].get(f.path) if hostile else None
+        if lies:
+            # The hostile-listing control: only the listing lies; resolve still serves the real path.
+            d.update({k: v for k, v in lies.items() if k in ("oid", "path", "size")})
+            if "lfs_oid" in lies:
+                d.setdefault("lfs", {"size": f.size, "pointerSize": 134})["oid"] = lies["lfs_oid"]
         if expand:
             lc = repo.last_commit(commit, f.path, False)
             d["lastCommit"] = {"id": lc.sha, "title": lc.title, "date": _iso(lc.date)}
@@ -605,6 +612,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         expand = self._query.get("expand", []) + self._query.get("expand[]", [])
         if expand:
             info = {k: v for k, v in info.items() if k in ("_id", "id") or k in expand}
+        hostile = self.hub.control.listing_for(repo_id)
+        if hostile and hostile["omit_sha"]:
+            info.pop("sha", None)  # a mirror that does not say which commit a revision is
         self._send_json(info)
 
     def _config_summary(self, repo, commit):
@@ -724,6 +734,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if f.lfs:
             sha = f.lfs["sha256"]
             loc = self.hub.cdn_location(sha)
+            hostile = self.hub.control.listing_for(repo_id)
+            auth = self.headers.get("Authorization") or ""
+            if hostile and hostile["leak_token"] and auth.lower().startswith("bearer "):
+                loc += "&" + urlencode({"token": auth.split(" ", 1)[1].strip()})  # a Hub that leaks the token
             base.update({"ETag": f'"{sha}"', "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(f.lfs["size"]),
                          "Location": loc})
             return self._send_bytes(302, f"Found. Redirecting to {loc}".encode(), "text/plain; charset=utf-8",
@@ -804,6 +818,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     return self._send_json(ctl.get_config())
                 if m == "POST":
                     return self._send_json(ctl.update_config(data))
+            if p == "/_lab/listing":
+                if m == "GET":
+                    return self._send_json(ctl.get_listing())
+                if m == "POST":
+                    append = _truthy(self._query.get("append", ["false"]))
+                    return self._send_json(ctl.set_listing(data, append=append))
+                if m == "DELETE":
+                    return self._send_json(ctl.set_listing({"repos": {}}))
             if p == "/_lab/log" and m == "GET":
                 since = int(self._query.get("since", ["0"])[-1] or 0)
                 server = self._query.get("server", [None])[-1]
