@@ -16,7 +16,9 @@ description:
   - "C(config.json) parses and every O(expect) holds; the weights index (C(model.safetensors.index.json)) or the
     single C(model.safetensors) parses, its C(weight_map) is non-empty, every shard it names exists as a regular
     file inside O(path) (a symlink leading out of the tree is a problem); no C(.safetensors) file the index does not
-    reference and no partial downloads (C(.aria2), C(.incomplete), C(.part), ...)."
+    reference and no partial downloads (C(.aria2), C(.incomplete), C(.part), ...). Unreferenced weights SGLang never
+    loads are notices: C(consolidated*.safetensors) beside the index, C(consolidated.safetensors) beside a lone
+    C(model.safetensors), and any C(.safetensors) file in a subdirectory such as C(original/)."
   - "Every shard's header parses with the safetensors library and the file size is exactly 8 + header length +
     data length (truncated files and trailing bytes both fail; zero-byte files fail); every tensor of the
     C(weight_map) is in the header of the shard it maps to and every header tensor is in the C(weight_map);
@@ -98,8 +100,9 @@ options:
     type: int
   allow_stray:
     description:
-      - Report partial downloads and C(.safetensors) files the index does not reference as warnings instead of
-        problems.
+      - Report complete C(.safetensors) files the index does not reference as warnings instead of problems.
+      - Partial downloads (C(.aria2), C(.incomplete) and the other partial suffixes) stay problems: each stands for a
+        file whose download did not finish.
     type: bool
     default: false
   fail_on_problem:

@@ -63,12 +63,18 @@ def test_check_mode_writes_no_stat_cache(capsys, trees):
 
 def test_stray_notices_become_warnings(capsys, trees):
     target, _drafter = trees
-    with open(os.path.join(target, "x.incomplete"), "w") as handle:
-        handle.write("x")
+    extra = mt.shard_name(5)
+    with open(os.path.join(target, extra), "wb") as handle:
+        handle.write(b"x")
     res = run(capsys, {"path": target, "mode": "quick", "allow_stray": True})
     assert res["ok"] and not res.get("failed")
     # ansible-core 2.19 returns warnings as structured events; older cores as strings.
-    assert "x.incomplete" in json.dumps(res["warnings"]) and any("x.incomplete" in n for n in res["notices"])
+    assert extra in json.dumps(res["warnings"]) and any(extra in n for n in res["notices"])
+    # issue 10 item 12: a partial download is a problem even with allow_stray.
+    with open(os.path.join(target, "x.incomplete"), "w") as handle:
+        handle.write("x")
+    res = run(capsys, {"path": target, "mode": "quick", "allow_stray": True, "fail_on_problem": False})
+    assert res["ok"] is False and any(p.startswith("x.incomplete:") for p in res["problems"])
 
 
 @pytest.mark.parametrize("args,needle", [
