@@ -189,9 +189,11 @@ def list_revision(api, repo_id, commit, repo_type="model"):
 
 # ----------------------------------------------------------------------------- URL resolving
 #
-# aria2 sends every --header / header= value to every host a redirect leads it to, so it must never
-# see the token. The token goes only to the endpoint, in a HEAD on /resolve/ that does not follow
-# the redirect; aria2 then gets the signed CDN URL (which authorises itself) and no header at all.
+# aria2 sends every --header / header= value to every host a redirect leads it to, so it never gets
+# the token with a URL that redirects. The token goes to the endpoint in a HEAD on /resolve/ that does
+# not follow the redirect; aria2 then gets the signed CDN URL (which authorises itself) and no header.
+# Only a URL the endpoint answered itself (``direct``: no redirect) goes to aria2 with the token, in
+# its 0600 input file: the endpoint is the one host that already holds it.
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 USER_AGENT = "gpufleet.llm-hf_snapshot"

@@ -8,17 +8,21 @@ Private to the collection: not a public API, may change without notice.
 
 ``Transfer`` fetches a set of plan.Items (each knows its size and the Hub's id for its bytes) into
 ``<dest>/.gpufleet/staging/`` and renames each to its final path once its hash matched. It works in
-rounds (``_Round``): resolve every pending file to a URL through a *source*, fetch what the source
-serves itself in-process, fetch the rest with one aria2c, then settle each file by aria2's outcome.
-A failed file is retried in the next round with a fresh URL, after a backoff that honours the
-servers' Retry-After.
+rounds (``_Round``) over the pending files, batch by batch (``batches``: as many large files as
+aria2 fetches at once, small ones riding along): resolve the batch's files to URLs through a
+*source* just before the batch starts, so a signed URL is never minutes old when aria2 first uses
+it; fetch with one aria2c per batch, then settle each file by aria2's outcome. A failed file is
+retried in the next round with a fresh URL, after a backoff that honours the servers' Retry-After.
 
 A source is any object with
 
 - ``resolve(items) -> [(item, Resolution)]``: a URL per item, or the error of this round; raises
   SnapshotError for what no retry can fix;
-- ``download(url, out_path)``: fetch a URL the source marked ``direct`` (bytes that must not go
-  through aria2, e.g. because they need a token), raising SourceError.
+- ``download(url, out_path)``: fetch a URL the source marked ``direct`` (bytes the source's own
+  endpoint serves, with its credentials), raising SourceError;
+- optionally ``aria2_header() -> str | None``: the header (``Authorization: ...``) that lets aria2
+  fetch the ``direct`` URLs itself, in parallel and with progress; the header goes only into
+  aria2's 0600 input file, only for those files. Without it, ``download`` fetches them in-process.
 
 ``HubSource`` is the Hub's ``/resolve/`` endpoint. Each file is hashed once, here, in a thread pool,
 as soon as aria2's log says it is complete, while the other files still download.
@@ -47,6 +51,9 @@ RESTART_CODES = frozenset((32, 8, 10))
 DISK_FULL_CODE = 9
 # What aria2 (or the CDN) says when a signed URL expired or was refused: the next round re-resolves.
 URL_REFUSED_STATUSES = (403, 410)
+# Files up to this size ride along in a batch without taking one of its parallel_files places: they
+# take moments, so they cannot hold a batch's large files back nor outlive their URLs.
+SMALL_FILE = 64 << 20
 
 
 class SourceError(Exception):
@@ -66,14 +73,17 @@ class Resolution(NamedTuple):
     direct: bool = False
     error: str | None = None
     retry_after: float = 0.0
+    # unix time after which the (signed) URL stops working; None when it does not say
+    expires: float | None = None
 
 
 class HubSource(object):
     """The Hub's resolve endpoint: a HEAD per file, the token to the endpoint only.
 
-    aria2 gets the (signed) URL the endpoint redirects to, never the token. A file the endpoint
-    serves itself to a token holder (no redirect: small files of gated repos) is ``direct``: it is
-    fetched in-process, so the token still never reaches aria2.
+    aria2 gets the (signed) URL the endpoint redirects to, never the token with it. A file the
+    endpoint serves itself to a token holder (no redirect: small files of gated repos) is ``direct``:
+    aria2 fetches it too, with the token as a header in its 0600 input file for that file alone
+    (``aria2_header``); the token thus goes only to the endpoint, which already has it.
     """
 
     def __init__(self, *, endpoint: str, repo_id: str, repo_type: str, commit: str, token: str | None,
@@ -135,8 +145,13 @@ class HubSource(object):
             if url.sha256 and item.remote.lfs and item.remote.sha256 and url.sha256 != item.remote.sha256:
                 raise SnapshotError("the Hub's listing and its resolve answer disagree on %s's sha256 (%s vs %s)"
                                     % (item.remote.path, item.remote.sha256, url.sha256))
-            out.append((item, Resolution(url.url, direct=url.direct and self.send_token)))
+            out.append((item, Resolution(url.url, direct=url.direct and self.send_token, expires=url.expires)))
         return out
+
+    def aria2_header(self) -> str | None:
+        """The endpoint's Authorization for aria2's input file, for the ``direct`` URLs only (they are
+        the endpoint's own: resolve_file saw no redirect, so the token goes where it already went)."""
+        return "Authorization: Bearer %s" % self.token if self.token and self.send_token else None
 
     def download(self, url: str, out_path: str) -> None:
         try:
@@ -222,8 +237,29 @@ class Transfer(object):
                     _snapshot_staging.link_duplicate(first, other, self.staging, self.dest)
 
 
+def batches(items: Sequence[_snapshot_plan.Item], parallel_files: int) -> list[list[_snapshot_plan.Item]]:
+    """``items`` in order, cut into batches of ``parallel_files`` large files each (small ones ride along).
+
+    A batch is resolved just before its aria2c starts: a URL signed for the whole queue up front would
+    expire before aria2 reached the files at its end, and burn a retry round on each of them.
+    """
+    out: list[list[_snapshot_plan.Item]] = []
+    current: list[_snapshot_plan.Item] = []
+    large = 0
+    for item in items:
+        if item.remote.size > SMALL_FILE:
+            if large >= max(1, parallel_files):
+                out.append(current)
+                current, large = [], 0
+            large += 1
+        current.append(item)
+    if current:
+        out.append(current)
+    return out
+
+
 class _Round(object):
-    """One pass over the pending files: resolve, direct downloads, one aria2c, settle each file."""
+    """One pass over the pending files, batch by batch: resolve, one aria2c, settle each file."""
 
     def __init__(self, transfer: Transfer) -> None:
         self.t = transfer
@@ -231,24 +267,36 @@ class _Round(object):
         self.batch: dict[str, _snapshot_plan.Item] = {}
         self.hashes: dict[str, Any] = {}
         self.pool: ThreadPoolExecutor | None = None
+        self.header: str | None = None
+        self.expires: dict[str, float | None] = {}
 
     def run(self) -> float:
         """Returns the wait the servers asked for (Retry-After), 0 when none."""
+        for chunk in batches(list(self.t.pending.values()), self.t.aria2.parallel_files):
+            self._batch(chunk)
+        return self.wait_hint
+
+    def _batch(self, chunk: Sequence[_snapshot_plan.Item]) -> None:
         mark = time.monotonic()
-        resolved = self.t.source.resolve(list(self.t.pending.values()))
+        resolved = self.t.source.resolve(chunk)
         self.t.timings.took("resolve", mark)
+        # asked after the resolve: a gated repo's first refusal is what turns the token on
+        header_for = getattr(self.t.source, "aria2_header", None)
+        self.header = header_for() if header_for is not None else None
         batch = []
         direct = []
         for item, res in resolved:
+            self.expires[item.key] = res.expires
             if res.url is None:
                 self._failed(item, res.error, res.retry_after)
+            elif res.direct and self.header is None:
+                direct.append((item, res.url))
             else:
-                (direct if res.direct else batch).append((item, res.url))
+                batch.append((item, res.url, res.direct))
         for item, url in direct:
             self._direct(item, url)
         if batch:
             self._aria2(batch)
-        return self.wait_hint
 
     def _failed(self, item: _snapshot_plan.Item, error: str, retry_after: float = 0.0) -> None:
         self.t.errors[item.remote.path] = error
@@ -277,19 +325,22 @@ class _Round(object):
             return
         self.hashes[key] = self.pool.submit(_snapshot_staging.hash_staged, self.t.staged(item), item.remote)
 
-    def _aria2(self, batch: list[tuple[_snapshot_plan.Item, str]]) -> None:
+    def _aria2(self, batch: list[tuple[_snapshot_plan.Item, str, bool]]) -> None:
         t = self.t
         # No checksum= for aria2: it would hash in its single thread after the transfer.
-        jobs = [_aria2.Aria2File(item.key, url, t.staging, item.key, None, item.remote.size) for item, url in batch]
-        self.batch = {item.key: item for item, url in batch}
+        jobs = [_aria2.Aria2File(item.key, url, t.staging, item.key, None, item.remote.size, auth)
+                for item, url, auth in batch]
+        self.batch = {item.key: item for item, dummy, dummy2 in batch}
+        self.hashes = {}
         self.pool = ThreadPoolExecutor(max_workers=t.hash_workers or _hashing.default_workers())
         mark = time.monotonic()
         try:
             result = _aria2.run(
                 jobs, os.path.join(t.staging, _snapshot_staging.ARIA2_WORKDIR), t.aria2,
-                tick=t.progress.write, tick_interval=PROGRESS_INTERVAL, on_complete=self._hash_later)
+                tick=t.progress.write, tick_interval=PROGRESS_INTERVAL, on_complete=self._hash_later,
+                header=self.header)
             mark = t.timings.took("aria2", mark)
-            for item, url in batch:
+            for item, dummy, dummy2 in batch:
                 if result.outcomes[item.key].status == "OK":
                     self._hash_later(item.key)
             hashed = {key: future.result() for key, future in self.hashes.items()}
@@ -298,7 +349,7 @@ class _Round(object):
         t.timings.took("hash_after_aria2", mark)
         if result.retry_after:
             self.wait_hint = max(self.wait_hint, float(result.retry_after))
-        for item, url in batch:
+        for item, dummy, dummy2 in batch:
             self._settle(item, result.outcomes[item.key], hashed.get(item.key))
 
     def _settle(self, item: _snapshot_plan.Item, outcome: Any, hashed: tuple | None) -> None:
@@ -335,5 +386,11 @@ class _Round(object):
                                 % (self.t.dest, message, item.remote.path))
         error = "aria2 exit %s: %s" % (code, message) if code is not None else message
         if outcome.http_status in URL_REFUSED_STATUSES:
-            error += " (signed URL expired or refused: re-resolving)"
+            expires = self.expires.get(item.key)
+            if expires is None:
+                error += " (signed URL expired or refused: re-resolving)"
+            elif time.time() >= expires:
+                error += " (signed URL expired %.0f s ago: re-resolving)" % (time.time() - expires)
+            else:
+                error += " (signed URL refused %.0f s before it expires: re-resolving)" % (expires - time.time())
         self._failed(item, error)

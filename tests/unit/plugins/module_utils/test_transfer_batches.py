@@ -1,0 +1,155 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Signed URLs resolved batch by batch (never the whole queue up front), their expiry (X-Amz-* too),
+and files a token-holding endpoint serves itself fetched by aria2 with the token in its input file."""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+
+import pytest
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hub, _snapshot, _transfer
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import snapshot_files as sf
+
+TARGET = "gpufleet-lab/Kimi-K2.6-mini"
+GATED = "gpufleet-lab/Kimi-K2.6-mini-gated"
+TOKEN_READER = "hf_labREADERfakeTOKENnotAsecret000001"  # tests/lab/fixtures.py, lab-only, fake
+SHARDS = ["model-00001-of-000004.safetensors", "model-00002-of-000004.safetensors",
+          "model-00003-of-000004.safetensors"]
+
+
+def run(hub, dest, **params):
+    base = dict(repo_id=TARGET, revision="main", dest=str(dest), endpoint=hub.api, min_free_bytes=0,
+                retry_wait=1, connections=1, splits=1, min_split_size="1M")
+    base.update(params)
+    return _snapshot.snapshot(base)
+
+
+def sha256(path):
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- no Hub needed
+
+def test_signed_url_expiry_forms():
+    assert _hub.signed_url_expiry("http://cdn/x?exp=1700000000&sig=ab") == 1700000000
+    assert _hub.signed_url_expiry("https://cdn/x?Expires=1700000000&Signature=s&Key-Pair-Id=k") == 1700000000
+    # SigV4 presigned: signed at X-Amz-Date, valid X-Amz-Expires seconds
+    url = ("https://bucket.s3.amazonaws.com/blob?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=a%2F20240102"
+           "&X-Amz-Date=20240102T030405Z&X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-Amz-Signature=f")
+    assert _hub.signed_url_expiry(url) == 1704164645 + 3600
+    assert _hub.signed_url_expiry(url.replace("X-Amz-", "x-amz-")) == 1704164645 + 3600
+    assert _hub.signed_url_expiry("https://b/x?X-Amz-Date=garbage&X-Amz-Expires=60") is None
+    assert _hub.signed_url_expiry("https://b/x?X-Amz-Date=20240102T030405Z") is None
+    assert _hub.signed_url_expiry("https://b/x?X-Amz-Date=20240102T030405Z&X-Amz-Expires=-5") is None
+    assert _hub.signed_url_expiry("https://b/x") is None
+
+
+def _items(tmp_path, sizes):
+    items = []
+    for index, size in enumerate(sizes):
+        item = sf.item_for(tmp_path, "f%d" % index, b"x" * 8, False)
+        item.remote = item.remote._replace(size=size)
+        items.append(item)
+    return items
+
+
+def test_batches_hold_parallel_files_large_files_and_small_ones_ride_along(tmp_path):
+    big = _transfer.SMALL_FILE + 1
+    items = _items(tmp_path, [10, big, big, 10, big, 10, big, big])
+    cut = _transfer.batches(items, 2)
+    assert [[items.index(i) for i in batch] for batch in cut] == [[0, 1, 2, 3], [4, 5, 6], [7]]
+    assert _transfer.batches(items, 0) == _transfer.batches(items, 1)
+    assert len(_transfer.batches(_items(tmp_path, [10, 10, 10]), 1)) == 1
+    assert _transfer.batches([], 4) == []
+
+
+def test_input_file_header_only_for_auth_files():
+    files = [_aria2.Aria2File("k1", "http://hub/a", "/s", "k1", None, 1, True),
+             _aria2.Aria2File("k2", "http://cdn/b", "/s", "k2", None, 1)]
+    text = _aria2.render_input(files, header="Authorization: Bearer hf_x")
+    first, second = text.split("http://cdn/b")
+    assert "  header=Authorization: Bearer hf_x" in first and "hf_x" not in second
+    with pytest.raises(ValueError, match="needs the endpoint's Authorization"):
+        _aria2.render_input(files[:1])
+    with pytest.raises(ValueError, match="newline"):
+        _aria2.render_input(files, header="Authorization: Bearer a\nb")
+    argv = _aria2.build_argv("aria2c", "/in", "/log", connections=1, splits=1, parallel_files=1, min_split_size="1M",
+                             timeout=5, retry_wait=1, validate_certs=True, ca_path=None)
+    assert not any("Bearer" in arg or "header" in arg for arg in argv)
+
+
+def test_hub_source_header_only_once_the_token_is_sent():
+    source = _transfer.HubSource(endpoint="http://hub.invalid", repo_id="org/m", repo_type="model", commit="c" * 40,
+                                 token="hf_tok", use_token=False, timeout=5, opener=None)
+    assert source.aria2_header() is None
+    source.send_token = True
+    assert source.aria2_header() == "Authorization: Bearer hf_tok"
+
+
+# ----------------------------------------------------------------------------- lab Hub + aria2c
+
+def test_later_batches_resolve_when_they_start_so_no_url_expires(lab_hub, aria2c, tmp_path, monkeypatch):
+    """3 shards, one at a time, each held >= 3 s by a byte cap, URLs living 3 s: resolved up front the
+    2nd and 3rd shards' URLs would be dead when aria2 reached them (403, a lost round)."""
+    monkeypatch.setattr(_transfer, "SMALL_FILE", 1 << 20)  # the lab's shards are ~6 MB
+    lab_hub.config(cdn_url_ttl=3, rate_per_conn=2 * 1024 * 1024)
+    res = run(lab_hub, tmp_path / "d", allow_patterns=SHARDS, parallel_files=1, max_tries=3)
+    dummy, files = lab_hub.files_at(TARGET, "main")
+    for path in SHARDS:
+        assert sha256(tmp_path / "d" / path) == files[path]["lfs"]["sha256"]
+    assert res["changed"]
+    log = lab_hub.log()
+    assert not [e for e in log if e["status"] in (403, 410)], "a signed URL expired before aria2 used it"
+    # each shard's resolve (HEAD) comes after the previous shard's bytes were served
+    heads = {e["path"].rsplit("/", 1)[1]: e["seq"] for e in log if e["method"] == "HEAD" and "/resolve/" in e["path"]}
+    gets = [e["seq"] for e in log if e["server"] == "cdn" and e["method"] == "GET"]
+    assert len(gets) == len(SHARDS)
+    assert heads[SHARDS[1]] > gets[0] and heads[SHARDS[2]] > gets[1], (heads, gets)
+
+
+def test_direct_files_of_a_gated_repo_go_through_aria2_token_never_in_argv(lab_hub, aria2c, tmp_path, monkeypatch):
+    def no_urllib(*args, **kwargs):
+        raise AssertionError("a direct file was fetched in-process (serially, no progress), not by aria2")
+
+    monkeypatch.setattr(_hub, "download_direct", no_urllib)
+    seen = []
+    stop = threading.Event()
+
+    def sample_ps():
+        while not stop.is_set():
+            for pid in os.listdir("/proc"):
+                if pid.isdigit():
+                    try:
+                        with open("/proc/%s/cmdline" % pid, "rb") as handle:
+                            seen.append(handle.read())
+                    except OSError:
+                        pass
+            stop.wait(0.02)
+
+    sampler = threading.Thread(target=sample_ps)
+    sampler.start()
+    try:
+        res = run(lab_hub, tmp_path / "g", repo_id=GATED, token=TOKEN_READER,
+                  allow_patterns=["*.json", "*.py", "tiktoken.model", "model-00001-*"])
+    finally:
+        stop.set()
+        sampler.join()
+    assert TOKEN_READER not in repr(res)
+    assert any(b"aria2c" in cmd for cmd in seen), "no aria2c seen in ps samples"
+    assert not any(TOKEN_READER.encode() in cmd for cmd in seen)
+    log = lab_hub.log()
+    direct_gets = [e for e in log if e["server"] == "api" and e["method"] == "GET" and "/resolve/" in e["path"]]
+    assert direct_gets and all(e["auth_present"] and "aria2" in (e.get("user_agent") or "") for e in direct_gets)
+    assert not any(e["auth_present"] for e in log if e["server"] == "cdn")
+    dummy, files = lab_hub.files_at(GATED, "main")
+    assert sorted(f["path"] for f in res["files"]) == sorted(
+        p for p in files if p.endswith((".json", ".py")) or p in ("tiktoken.model",) or p.startswith("model-00001-"))
+    for root, dummy2, names in os.walk(tmp_path / "g"):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as handle:
+                assert TOKEN_READER.encode() not in handle.read(), name
