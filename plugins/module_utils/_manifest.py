@@ -11,8 +11,19 @@ file's path, size, sha256 and the Hub's id for it) plus, per file, the stat reco
 file's hash was last checked. ``statcache.json`` is written by model_verify in ``auto`` mode: the
 stat record of each file whose sha256 it has hashed and matched. A file whose current stat equals a
 recorded one has not been touched since it was hashed, so it need not be hashed again; any change
-of size, mtime, inode or device (and of ctime, for the stat cache's records, which carry it) sends
-it back to hashing.
+of size, mtime, ctime or inode sends it back to hashing.
+
+What identifies a version of a file's bytes is (size, mtime_ns, ctime_ns, ino). ctime is the key
+that vouches: a rewrite with its mtime put back (touch -d, os.utime) keeps size, mtime and inode,
+but the kernel moves ctime on every write, chmod, link and rename, and no system call sets it
+(short of setting the clock). A record without ctime_ns (manifests written before it was
+recorded) vouches for nothing: such a file is hashed once and recorded again. st_dev is recorded
+for diagnosis but not compared: it names this mount, not the filesystem (NFS gives every mount a
+new anonymous device number; NVMe namespaces and device-mapper minors are numbered in probe
+order, so a reboot or a remount can change it), and os.statvfs's f_fsid is no better (XFS derives
+it from the block device number too, as F2FS does). Ignoring it costs nothing in safety: another
+filesystem mounted at the same path would have to hold a file with the same inode number, size,
+mtime and ctime to the nanosecond.
 """
 
 from __future__ import annotations
@@ -29,8 +40,8 @@ MANIFEST = "manifest.json"
 STATCACHE = "statcache.json"
 LOCK = "lock"
 FORMAT = 1
-# The four keys every stat record has; ctime_ns is the optional fifth.
-STAT_KEYS = ("size", "mtime_ns", "ino", "dev")
+# The keys that must all match for a record to vouch for a file (see the module docstring: not dev).
+STAT_KEYS = ("size", "mtime_ns", "ctime_ns", "ino")
 
 
 class ManifestError(Exception):
@@ -45,31 +56,30 @@ def meta_dir(dest):
     return os.path.join(dest, META_DIR)
 
 
-def stat_record(path: str, *, ctime: bool = False) -> dict:
-    """What identifies one version of a file's bytes without reading them.
+def stat_record(path: str) -> dict:
+    """What identifies one version of a file's bytes without reading them (STAT_KEYS, plus dev).
 
-    ``ctime=True`` adds ctime_ns: rewriting bytes and restoring mtime (touch -d, os.utime) still
-    moves ctime, so model_verify's stat cache keeps it. hf_snapshot's manifest records are written
-    without it.
+    Follows symlinks: the record is the target's. A hard link, chmod or rename moves ctime too, so
+    take the record after the last such change this run makes to the file.
     """
     st = os.stat(path)
-    record = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "dev": st.st_dev}
-    if ctime:
-        record["ctime_ns"] = st.st_ctime_ns
-    return record
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino,
+            "dev": st.st_dev}
 
 
 def stat_matches(record: dict | None, now: dict) -> bool:
-    """True when ``now`` (a stat record taken with ctime) is the version ``record`` saw.
+    """True when ``now`` (a stat_record) is the version ``record`` saw.
 
-    ctime_ns is compared only when ``record`` carries it, so a record without it (hf_snapshot's)
-    vouches on the four keys alone.
+    Every key of STAT_KEYS must be in ``record`` and equal: a record without ctime_ns vouches for
+    nothing. dev is not compared (a remount may change it).
     """
     if not isinstance(record, dict) or not record:
         return False
-    if any(record.get(key) != now[key] for key in STAT_KEYS):
-        return False
-    return record.get("ctime_ns") in (None, now.get("ctime_ns"))
+    for key in STAT_KEYS:
+        value = record.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value != now.get(key):
+            return False
+    return True
 
 
 def same_stat(record: dict | None, path: str) -> bool:
@@ -77,7 +87,7 @@ def same_stat(record: dict | None, path: str) -> bool:
     if not isinstance(record, dict) or not record:
         return False
     try:
-        now = stat_record(path, ctime=True)
+        now = stat_record(path)
     except OSError:
         return False
     return stat_matches(record, now)
@@ -156,7 +166,7 @@ def write_manifest(dest, manifest):
 
 
 def read_statcache(dest):
-    """{path: {"size", "mtime_ns", "ino", "dev", "sha256", "verified_at"}}; empty when absent."""
+    """{path: {"size", "mtime_ns", "ctime_ns", "ino", "dev", "sha256", "verified_at"}}; empty when absent."""
     data = read_json(os.path.join(meta_dir(dest), STATCACHE), "stat cache")
     if data is None:
         return {}
@@ -172,14 +182,19 @@ def write_statcache(dest, files):
 class DirLock(object):
     """Exclusive lock on ``<dest>/.gpufleet/lock`` (flock: released by the kernel if we die).
 
-    ``timeout`` seconds to wait for another holder (0: fail at once); LockTimeout after that.
+    ``timeout`` seconds to wait for another holder (0: fail at once); LockTimeout after that, whose
+    message names the lock file and ``option``, the setting that sets the wait (None: the caller has
+    none). On a models_root shared by several hosts (NFS, CephFS: filesystems where flock is
+    cluster-wide) the holder may be a run on another host, so the message says so: nothing on this
+    host shows it.
     """
 
-    def __init__(self, dest, timeout=0.0, poll=0.2):
+    def __init__(self, dest: str, timeout: float = 0.0, poll: float = 0.2, *, option: str | None = "lock_timeout") -> None:
         self.path = os.path.join(meta_dir(dest), LOCK)
         self.timeout = timeout
         self.poll = poll
-        self._fd = None
+        self.option = option
+        self._fd: int | None = None
 
     def __enter__(self):
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -196,9 +211,10 @@ class DirLock(object):
                 if time.monotonic() >= deadline:
                     os.close(fd)
                     raise LockTimeout(
-                        "%s is locked by another run (waited %.0f s); wait for it to finish or raise the lock timeout"
-                        % (os.path.dirname(os.path.dirname(self.path)), self.timeout)
-                    )
+                        "%s is locked by another run, maybe on another host sharing this storage (lock file %s, "
+                        "waited %.0f s): wait for it to finish%s" % (
+                            os.path.dirname(os.path.dirname(self.path)), self.path, self.timeout,
+                            ", or raise %s" % self.option if self.option else ""))
                 time.sleep(self.poll)
         self._fd = fd
         return self

@@ -15,7 +15,8 @@ Where each part lives:
 
 Never writes a model file. The only write is ``<path>/.gpufleet/statcache.json`` (full and auto
 modes, not in check mode): the stat record of each weight file whose sha256 was hashed and matched,
-so that ``auto`` re-hashes only files whose (size, mtime, inode, device, ctime) changed since.
+so that ``auto`` re-hashes only files whose (size, mtime, ctime, inode) changed since; a record
+without ctime vouches for nothing (_manifest.stat_matches).
 
 Costs by mode: ``quick`` reads config, index and shard headers (safetensors memory-maps a shard and
 parses only its header) and hashes only the small files, so its cost does not grow with the weights;

@@ -7,8 +7,10 @@
 Private to the collection: not a public API, may change without notice.
 
 The only write of model_verify is here: ``<path>/.gpufleet/statcache.json`` (full and auto modes,
-not in check mode), the stat record (with ctime) of each weight file whose sha256 was hashed, so
-that ``auto`` re-hashes only files whose stat changed since.
+not in check mode), the stat record of each weight file whose sha256 was hashed, so that ``auto``
+re-hashes only files whose stat changed since. In ``auto`` a weight file is vouched for by our own
+record, or, while we have none, by hf_snapshot's manifest record; either only when it carries
+ctime_ns and matches the file now (_manifest.stat_matches): a record without ctime vouches for nothing.
 """
 
 from __future__ import annotations
@@ -170,7 +172,7 @@ class HashRun(object):
                                  "with the file itself, or re-fetch" % (rel, label, exc))
             return
         try:
-            now = _manifest.stat_record(abs_path, ctime=True)
+            now = _manifest.stat_record(abs_path)
         except OSError:
             self.problems.append("%s is missing (listed in %s); re-fetch it (hf_snapshot)" % (rel, label))
             return
@@ -198,8 +200,8 @@ class HashRun(object):
         if isinstance(rec, dict) and rec.get("sha256") == exp.sha256 and _manifest.stat_matches(rec, now):
             self.new_cache[rel] = rec
         elif rec is None and _manifest.stat_matches(exp.stat, now):
-            # hf_snapshot hashed it at this very stat when it fetched it. Only while we have no
-            # record of our own: ours also holds ctime, and a stale one means the file changed.
+            # hf_snapshot hashed it at this very stat (ctime included) when it fetched it. Only while
+            # we have no record of our own: a stale one of ours means the file changed since we hashed it.
             self.new_cache[rel] = dict(now, sha256=exp.sha256, verified_at=time.time(), verified_by="hf_snapshot")
         else:
             return False
@@ -222,13 +224,13 @@ class HashRun(object):
             self.problems.append("%s: sha256 %s..., %s says %s...: %s"
                                  % (rel, got[:16], label, want[:16], mismatch_fix(rel)))
             if large:
-                # Remember what we found: without a record of ours, the manifest's stat record (which has
-                # no ctime) could vouch for a file rewritten with its mtime restored on the next run.
+                # Remember what we found, so no other record (the manifest's) can vouch for these bytes
+                # on the next run; the record's sha256 is the wrong one, so it never vouches either.
                 self.new_cache[rel] = dict(before, sha256=got, verified_at=time.time(), verified_by="model_verify",
                                            mismatch=True)
         elif large:
             try:
-                after = _manifest.stat_record(abs_path, ctime=True)
+                after = _manifest.stat_record(abs_path)
             except OSError:
                 return
             # Changed while we hashed it: the hash may describe neither version; let the next run redo it.
@@ -307,7 +309,7 @@ def save_statcache(report: Report, root: str, *, old: dict, new: dict) -> None:
     if new == old or (not new and not old):
         return
     try:
-        with _manifest.DirLock(root, timeout=LOCK_TIMEOUT):
+        with _manifest.DirLock(root, timeout=LOCK_TIMEOUT, option=None):
             _manifest.write_statcache(root, new)
     except (OSError, _manifest.LockTimeout) as exc:
         report.warnings.append("stat cache not updated (%s): the next auto run hashes those files again" % exc)

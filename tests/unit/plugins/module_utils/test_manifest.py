@@ -49,38 +49,38 @@ def test_stat_record_notices_touch_rewrite_and_replace(tmp_path):
     assert not m.same_stat(None, str(f))
 
 
-def test_one_stat_record_with_and_without_ctime(tmp_path):
+def test_one_stat_record_carries_ctime(tmp_path):
     f = tmp_path / "shard"
     f.write_bytes(b"x" * 10)
-    plain = m.stat_record(str(f))
-    full = m.stat_record(str(f), ctime=True)
-    # hf_snapshot's records (manifest) carry the four keys; model_verify's (stat cache) add ctime_ns.
-    assert sorted(plain) == sorted(m.STAT_KEYS) and sorted(full) == sorted(m.STAT_KEYS + ("ctime_ns",))
-    assert {k: full[k] for k in m.STAT_KEYS} == plain and full["ctime_ns"] == os.stat(f).st_ctime_ns
-    assert m.same_stat(plain, str(f)) and m.same_stat(full, str(f))
-    assert m.stat_matches(plain, full) and m.stat_matches(full, full)
+    rec = m.stat_record(str(f))
+    # Issue 10 item 9: hf_snapshot's records (manifest) and model_verify's (stat cache) are the same
+    # record, ctime_ns included (it used to be model_verify's alone); dev is kept but not compared.
+    assert sorted(rec) == sorted(m.STAT_KEYS + ("dev",)) and "ctime_ns" in m.STAT_KEYS and "dev" not in m.STAT_KEYS
+    assert rec["ctime_ns"] == os.stat(f).st_ctime_ns and rec["dev"] == os.stat(f).st_dev
+    assert m.same_stat(rec, str(f)) and m.stat_matches(rec, rec)
 
 
-def test_ctime_moved_is_not_the_same_stat_for_a_record_that_has_it(tmp_path):
+def test_ctime_moved_is_not_the_same_stat(tmp_path):
     f = tmp_path / "shard"
     f.write_bytes(b"x" * 10)
-    plain = m.stat_record(str(f))
-    full = m.stat_record(str(f), ctime=True)
-    # The file's ctime differs from the record's while size, mtime, inode and device agree: what a
+    full = m.stat_record(str(f))
+    # The file's ctime differs from the record's while size, mtime and inode agree: what a
     # rewrite with its mtime restored leaves. (The record is moved, not the clock: no timing in tests.)
     older = dict(full, ctime_ns=full["ctime_ns"] - 1)
     assert not m.same_stat(older, str(f))
     assert not m.stat_matches(older, full) and not m.stat_matches(full, dict(full, ctime_ns=full["ctime_ns"] + 1))
-    # A record without ctime vouches on the four keys alone, as it always did.
-    assert m.same_stat(plain, str(f)) and m.stat_matches(plain, dict(full, ctime_ns=full["ctime_ns"] + 1))
-    # A record that carries ctime never matches a stat taken without it.
-    assert not m.stat_matches(full, plain)
+    # Issue 10 item 10: a record without ctime (an old manifest's) vouches for nothing now; it used
+    # to vouch on size, mtime, inode and device alone.
+    plain = {k: v for k, v in full.items() if k != "ctime_ns"}
+    assert not m.same_stat(plain, str(f)) and not m.stat_matches(plain, full)
 
 
 def test_stat_matches_needs_a_record():
     now = {"size": 1, "mtime_ns": 2, "ino": 3, "dev": 4, "ctime_ns": 5}
     assert not m.stat_matches(None, now) and not m.stat_matches({}, now) and not m.stat_matches("x", now)
-    assert not m.stat_matches(dict(now, size=9), now) and not m.stat_matches(dict(now, dev=9), now)
+    assert not m.stat_matches(dict(now, size=9), now) and not m.stat_matches(dict(now, ino=9), now)
+    # Issue 10 item 15: a remount may change st_dev alone; that no longer sends the file to hashing.
+    assert m.stat_matches(dict(now, dev=9), now)
     assert not m.same_stat({}, "/nonexistent") and not m.same_stat("x", "/nonexistent")
 
 
