@@ -49,32 +49,59 @@ def remove(*paths: str) -> None:
             pass
 
 
-def place(item: _snapshot_plan.Item, staged: str, dest: str) -> None:
-    """Rename a verified staging file to its final path (re-checking the path right before)."""
+def place(item: _snapshot_plan.Item, staged: str, dest: str, *, created: bool = True) -> None:
+    """Rename a verified staging file to its final path (re-checking the path right before).
+
+    ``created``: the inode is this run's own (fetched or copied), so it gets mode 0644. A hard link
+    (``created=False``) shares its inode with an earlier revision, maybe the one ``current`` serves:
+    its mode is that file's and stays as it is.
+    """
     final = _paths.dest_path(dest, item.remote.path)
     os.makedirs(os.path.dirname(final), exist_ok=True)
     if os.path.isdir(final) and not os.path.islink(final):
         raise SnapshotError("%s is a directory where the revision has a file; move it away" % final)
-    os.chmod(staged, 0o644)
+    if created:
+        os.chmod(staged, 0o644)
     os.replace(staged, final)
     item.final = final
+    # After the chmod and the rename: both move ctime, and the record must describe the file as it stays.
     item.stat = _manifest.stat_record(final)
+
+
+def _share_record(shared: dict | None, fresh: dict) -> dict:
+    """The one stat record of an inode this run placed under several names, refreshed in place.
+
+    Every hard link moves the inode's ctime, which would make the records taken for its earlier
+    names stale at once (and the next run hash them again). The caller vouched for ``shared`` right
+    before its link; refreshing that one dict, which those names' records are, keeps them all true.
+    """
+    if shared is None:
+        return dict(fresh)
+    shared.clear()
+    shared.update(fresh)
+    return shared
 
 
 def link_from_source(item: _snapshot_plan.Item, staging: str, dest: str) -> bool:
     """Place ``item`` as a hard link to ``item.source`` (an earlier revision's file).
 
     The source counts only while its stat record holds or its bytes still hash right. Returns False
-    when the item must be fetched instead.
+    when the item must be fetched instead. The link moves the source inode's ctime, so the source
+    revision's own manifest and stat cache records go stale and that revision is hashed again the
+    next time it is fetched or verified in auto mode (the cost of a rollback). This run's records
+    are taken after its links, and ``record`` (in memory) follows, so several names linked to one
+    source cost one check.
     """
     src, record = item.source
-    if not _manifest.same_stat(record.get("stat"), src):
+    if _manifest.same_stat(record.get("stat"), src):
+        item.sha256 = record.get("sha256") or item.remote.sha256
+        shared = record.get("stat")
+    else:
         ok, digest = _snapshot_plan.verify_local(src, item.remote)
         if not ok:
             return False
         item.sha256 = digest
-    else:
-        item.sha256 = record.get("sha256") or item.remote.sha256
+        shared = None
     tmp = _paths.dest_path(staging, item.key + ".link")  # contained even if a key were hostile
     try:
         if os.path.lexists(tmp):
@@ -84,26 +111,42 @@ def link_from_source(item: _snapshot_plan.Item, staging: str, dest: str) -> bool
         if exc.errno in _NO_HARD_LINK:
             return False
         raise
-    place(item, tmp, dest)
+    place(item, tmp, dest, created=False)
+    record["stat"] = item.stat = _share_record(shared, item.stat)
     return True
 
 
 def link_duplicate(first: _snapshot_plan.Item, other: _snapshot_plan.Item, staging: str, dest: str) -> None:
-    """Place ``other`` (the same bytes as the placed ``first``) as a hard link, or a copy, of it."""
+    """Place ``other`` (the same bytes as the placed ``first``) as a hard link, or a copy, of it.
+
+    ``first`` must still be the version this run verified; if something wrote to it since, its bytes
+    decide before they are linked under another name.
+    """
+    vouched = _manifest.same_stat(first.stat, first.final)
+    if not vouched and not _snapshot_plan.verify_local(first.final, other.remote)[0]:
+        raise SnapshotError("%s changed after this run verified it (another writer in %s?); re-run hf_snapshot"
+                            % (first.final, dest))
     other.source = (first.final, {"stat": first.stat, "sha256": first.sha256})
     tmp = _paths.dest_path(staging, other.key + ".link")  # contained even if a key were hostile
     if os.path.lexists(tmp):
         os.unlink(tmp)
     try:
         os.link(first.final, tmp)
+        linked = True
     except OSError:
         shutil.copyfile(first.final, tmp)
+        linked = False
     other.sha256 = first.sha256
-    place(other, tmp, dest)
+    place(other, tmp, dest, created=not linked)
+    if linked:
+        first.stat = other.stat = _share_record(first.stat if vouched else None, other.stat)
 
 
 def hash_staged(path: str, remote: Any) -> tuple[bool, str | None, dict[str, int] | None]:
-    """(ok, sha256, stat record) of a staging file; the record is None if it changed while hashed."""
+    """(ok, sha256, stat record) of a staging file; the record is None if it changed while hashed.
+
+    The record vouches for the file until it is placed (place() records it again after its rename).
+    """
     try:
         before = _manifest.stat_record(path)
     except OSError:

@@ -54,9 +54,11 @@ options:
       - V(quick) reads config, index and shard headers and hashes only the small files; its cost does not grow with
         the size of the weights.
       - V(full) hashes every file.
-      - V(auto) hashes the small files and every weight file whose stat record (size, mtime, inode, device, ctime)
+      - V(auto) hashes the small files and every weight file whose stat record (size, mtime, ctime, inode)
         changed since it last matched its sha256, and records the results in C(<path>/.gpufleet/statcache.json)
-        (atomically; not in check mode).
+        (atomically; not in check mode). Before it has a record of its own, hf_snapshot's manifest record
+        vouches for a file; a record without ctime (an older manifest) vouches for nothing. The device number is
+        not compared, so a remount alone causes no re-hash.
     type: str
     choices: [quick, full, auto]
     default: auto
