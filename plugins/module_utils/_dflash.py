@@ -71,7 +71,7 @@ SGLANG = "SGLang 0.5.23"
 FIX_CFG = "use the DFlash drafter built for this target"
 
 
-def _show(value) -> str:
+def short_repr(value) -> str:
     """A short repr: a hostile config must not turn one problem line into megabytes."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -116,7 +116,7 @@ def _sglang_int(value, minimum: int | None) -> tuple:
     try:
         parsed = int(value)
     except (TypeError, ValueError, OverflowError):
-        return None, "is %s, not an integer" % _show(value)
+        return None, "is %s, not an integer" % short_repr(value)
     if minimum is not None and parsed < minimum:
         return None, "is %d, %s needs an integer >= %d" % (parsed, SGLANG, minimum)
     return parsed, None
@@ -158,19 +158,19 @@ def _parse_extras(config: dict, bad: list) -> None:
     nested = _nested(config)
     multiplier = nested.get("output_multiplier", 1.0)
     if not _float_ok(multiplier) or float(multiplier) <= 0:
-        bad.append(("dflash_config.output_multiplier", "is %s, not a positive number" % _show(multiplier)))
+        bad.append(("dflash_config.output_multiplier", "is %s, not a positive number" % short_repr(multiplier)))
     if not _float_ok(nested.get("final_logit_softcapping") or 0.0):
         bad.append(("dflash_config.final_logit_softcapping", "is %s, not a number"
-                    % _show(nested.get("final_logit_softcapping"))))
+                    % short_repr(nested.get("final_logit_softcapping"))))
     token, label = _lookup(config, "mask_token")
     if token is not None and (not isinstance(token, str) or not token):
-        bad.append((label, "is %s, not a non-empty string" % _show(token)))
+        bad.append((label, "is %s, not a non-empty string" % short_repr(token)))
     if not isinstance(nested.get("attention_sink_bias", False), bool):
         bad.append(("dflash_config.attention_sink_bias", "is %s, not true or false"
-                    % _show(nested.get("attention_sink_bias"))))
+                    % short_repr(nested.get("attention_sink_bias"))))
     scale = nested.get("attention_value_scale")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
-        bad.append(("dflash_config.attention_value_scale", "is %s, not a number" % _show(scale)))
+        bad.append(("dflash_config.attention_value_scale", "is %s, not a number" % short_repr(scale)))
 
 
 def _parse_domino(config: dict, values: dict, bad: list) -> None:
@@ -178,7 +178,7 @@ def _parse_domino(config: dict, values: dict, bad: list) -> None:
     nested = _nested(config)
     shift, label = _lookup(config, "shift_label")
     if not isinstance(shift, bool):
-        bad.append((label, "is %s; the domino projector needs true or false" % _show(shift)))
+        bad.append((label, "is %s; the domino projector needs true or false" % short_repr(shift)))
     prefix, label = _lookup(config, "pure_draft_prefix_len")
     prefix, why = _sglang_int(prefix, 0)
     if why or prefix != 1:
@@ -214,13 +214,13 @@ def parse_drafter(config: dict) -> tuple:
     if ids is not None:
         parsed = [_sglang_int(i, None)[0] for i in ids] if isinstance(ids, list) else None
         if parsed is None or not parsed or None in parsed:
-            bad.append((label, "is %s, not a non-empty list of integers" % _show(ids)))
+            bad.append((label, "is %s, not a non-empty list of integers" % short_repr(ids)))
         else:
             values["target_layer_ids"] = parsed
     mask, label = _lookup(config, "mask_token_id")
     values["mask_token_id"] = None
     if mask is not None and (_int(mask) is None or mask < 0):
-        bad.append((label, "is %s, not a non-negative integer" % _show(mask)))
+        bad.append((label, "is %s, not a non-negative integer" % short_repr(mask)))
     elif mask is not None:
         values["mask_token_id"] = mask
     projector, _label = _lookup(config, "projector_type")
@@ -255,7 +255,7 @@ def _architecture_problems(drafter: dict, name: str) -> list:
         return []
     return ["%s is not a DFlash drafter config: architectures is %s, and %s loads a DFlash drafter only when the "
             "first entry is one of %s; point path at the DFlash drafter (or drop target)"
-            % (name, _show(archs), SGLANG, ", ".join(DRAFTER_ARCHITECTURES))]
+            % (name, short_repr(archs), SGLANG, ", ".join(DRAFTER_ARCHITECTURES))]
 
 
 def _target_layers(target: dict):
@@ -272,7 +272,7 @@ def _layer_problems(values: dict, t_layers: int, name: str) -> list:
         out = [i for i in ids if not 0 <= i < t_layers]
         if out:
             problems.append("%s: dflash_config.target_layer_ids %s outside [0, %d) (the target has %d layers); %s"
-                            % (name, _show(out), t_layers, t_layers, FIX_CFG))
+                            % (name, short_repr(out), t_layers, t_layers, FIX_CFG))
     elif values["num_hidden_layers"] is not None and values["num_hidden_layers"] > 1 and t_layers < 4:
         # build_target_layer_ids spreads the drafter's layers over [1, target layers - 3].
         problems.append("%s: no target_layer_ids, and %s's default choice of %d layers needs a target of at least "
@@ -290,11 +290,11 @@ def _strict_problems(drafter: dict, bad: list, name: str) -> list:
     for value, label in (_draft_layers(drafter), _lookup(drafter, "num_target_layers"), _lookup(drafter, "block_size")):
         if value is not None and _int(value) is None and label not in refused:
             problems.append("%s: %s is %s, not an integer (%s would read it as %d); write the integer; %s"
-                            % (name, label, _show(value), SGLANG, int(value), FIX_CFG))
+                            % (name, label, short_repr(value), SGLANG, int(value), FIX_CFG))
     ids, label = _lookup(drafter, "target_layer_ids")
     if isinstance(ids, list) and label not in refused and any(_int(i) is None for i in ids):
         problems.append("%s: %s is %s, not a non-empty list of integers (%s would coerce it with int()); write "
-                        "integers; %s" % (name, label, _show(ids), SGLANG, FIX_CFG))
+                        "integers; %s" % (name, label, short_repr(ids), SGLANG, FIX_CFG))
     return problems
 
 
@@ -321,7 +321,7 @@ def check_drafter(drafter: dict, target: dict, drafter_name: str = "drafter conf
                             % (target_name, key, key))
         elif _int(have) is None or have != want:
             problems.append("%s: %s is %s but the target's is %d: this drafter was built for another model; %s"
-                            % (drafter_name, key, _show(have), want, FIX_CFG))
+                            % (drafter_name, key, short_repr(have), want, FIX_CFG))
     if t_layers is None:
         problems.append("%s has no integer num_hidden_layers (nor text_config.num_hidden_layers); check target"
                         % target_name)

@@ -87,7 +87,13 @@ def check_config(report: Report, root: str, expectations) -> tuple:
     Returns (config dict or None, result fields: ``config`` facts and ``expect`` details).
     """
     config, problem = read_config(root)
-    report.add("config", [problem] if problem else [], "" if problem else "config.json parses")
+    problems = [problem] if problem else []
+    archs = config.get("architectures") if config is not None else None
+    if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
+        # Servers pick the model class from this list; anything else is a broken or hostile config.
+        problems.append("config.json: architectures is %s, not a list of class names; re-fetch it (hf_snapshot)"
+                        % _dflash.short_repr(archs))
+    report.add("config", problems, "" if problems else "config.json parses")
     fields: dict = {}
     if config is not None:
         fields["config"] = _dflash.facts(config)
