@@ -21,7 +21,10 @@ description:
     written in place, so files hard-linked from an earlier revision stay intact.
   - The token is sent only to the endpoint (listing, and a C(HEAD) per file that yields the signed
     CDN URL); aria2 gets the signed URLs in a mode 0600 input file that is removed afterwards, never
-    the token, and never anything on its command line. Public repos are fetched without a token.
+    anything on its command line. A file the endpoint serves itself to a token holder (no redirect,
+    e.g. small files of a gated repo) is fetched by aria2 too, in parallel and with progress: only
+    for such a file the input file also holds the C(Authorization) header (aria2 logs it as
+    C(<snip>)). Public repos are fetched without a token.
   - Writes C(dest/.gpufleet/manifest.json) atomically under an exclusive lock on O(dest), with the
     commit and every file's path, size, sha256, the Hub's id for it and a stat record for cheap re-checks.
   - A stat record is (size, mtime, ctime, inode), taken after the module's own last change to the file (its rename
@@ -107,6 +110,9 @@ options:
         divided by the per-connection rate of the CDN (160 MiB/s at 10 MiB/s per connection needs
         16). The default 6 (with 16 connections each) is what reached 574 MiB/s against the public
         Hub's CDN for a 64-shard repo; files are hashed as they finish, while the rest transfer.
+      - Files are fetched in batches of O(parallel_files) files over 64 MiB (smaller files ride
+        along), each batch resolved to signed URLs just before it starts, so a URL never ages in a
+        queue until it expires. A batch ends when its last file does.
     type: int
     default: 6
   min_split_size:
@@ -148,14 +154,20 @@ options:
     type: int
     default: 1073741824
   proxy:
-    description: HTTP(S) proxy URL for the Hub and aria2 (passed in the input file, not on argv).
+    description:
+      - HTTP(S) proxy URL for every request to the Hub - the listing (C(huggingface_hub)'s own HTTP
+        client, set for this run only), the resolves and aria2 (in its input file, not on argv).
+      - Default the host's proxy environment variables, if any.
     type: str
   validate_certs:
-    description: Verify TLS certificates.
+    description: Verify TLS certificates (the listing, the resolves and aria2).
     type: bool
     default: true
   ca_path:
-    description: CA bundle to verify TLS certificates with.
+    description:
+      - CA bundle to verify TLS certificates with (the listing, the resolves and aria2), e.g. the
+        private CA of a mirror. A certificate it does not vouch for fails the listing with a
+        message naming O(ca_path).
     type: path
   aria2c:
     description: Path of the aria2c binary. Default the one on C(PATH).
