@@ -6,9 +6,10 @@
 
 Private to the collection: not a public API, may change without notice.
 
-A file is ``present`` when the manifest's stat record for it still matches (no hashing), or when its
-bytes hash to the Hub's id; ``link`` when an earlier revision (``link_from``) holds the same content;
-``fetch`` otherwise. A same-size corrupted file is not present: only its bytes decide.
+A file is ``present`` when the manifest's stat record for it still matches (no hashing; a record
+without ctime_ns never does, see _manifest), or when its bytes hash to the Hub's id and its stat did
+not move while they were hashed; ``link`` when an earlier revision (``link_from``) holds the same
+content; ``fetch`` otherwise. A same-size corrupted file is not present: only its bytes decide.
 """
 
 from __future__ import annotations
@@ -92,16 +93,32 @@ def _recorded_unchanged(item: Item, record: dict[str, Any] | None) -> bool:
     )
 
 
+def verify_keeping_stat(path: str, remote: Any) -> tuple[bool, str | None, dict[str, int] | None]:
+    """(ok, sha256, stat record) for the bytes at ``path``; not ok if its stat moved while hashed.
+
+    The record is the one taken before hashing: a record taken after could describe a version
+    written while the hash read an older one, and would then vouch for bytes nobody checked.
+    """
+    try:
+        before = _manifest.stat_record(path)
+    except OSError:
+        return False, None, None
+    ok, digest = verify_local(path, remote)
+    if not (ok and _manifest.same_stat(before, path)):
+        return False, digest, None
+    return True, digest, before
+
+
 def _decide_by_hash(to_hash: Sequence[Item], workers: int | None) -> None:
     """A file at its final path without a matching stat record: changed, corrupted, or never
     recorded. Its bytes decide."""
     with ThreadPoolExecutor(max_workers=workers or _hashing.default_workers()) as pool:
-        results = list(pool.map(lambda it: verify_local(it.final, it.remote), to_hash))
-    for item, (ok, digest) in zip(to_hash, results):
+        results = list(pool.map(lambda it: verify_keeping_stat(it.final, it.remote), to_hash))
+    for item, (ok, digest, record) in zip(to_hash, results):
         if ok and os.path.isfile(item.final) and not os.path.islink(item.final):
             item.action = "present"
             item.sha256 = digest
-            item.stat = _manifest.stat_record(item.final)
+            item.stat = record
         else:
             item.action = "fetch"
             item.error = "differs from the Hub's copy"

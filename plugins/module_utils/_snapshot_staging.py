@@ -97,7 +97,8 @@ def link_from_source(item: _snapshot_plan.Item, staging: str, dest: str) -> bool
         item.sha256 = record.get("sha256") or item.remote.sha256
         shared = record.get("stat")
     else:
-        ok, digest = _snapshot_plan.verify_local(src, item.remote)
+        # Its stat must hold from before the hash to the link, or the link would carry unchecked bytes.
+        ok, digest, dummy = _snapshot_plan.verify_keeping_stat(src, item.remote)
         if not ok:
             return False
         item.sha256 = digest
@@ -143,20 +144,11 @@ def link_duplicate(first: _snapshot_plan.Item, other: _snapshot_plan.Item, stagi
 
 
 def hash_staged(path: str, remote: Any) -> tuple[bool, str | None, dict[str, int] | None]:
-    """(ok, sha256, stat record) of a staging file; the record is None if it changed while hashed.
+    """(ok, sha256, stat record) of a staging file; not ok and no record if it changed while hashed.
 
     The record vouches for the file until it is placed (place() records it again after its rename).
     """
-    try:
-        before = _manifest.stat_record(path)
-    except OSError:
-        return False, None, None
-    ok, digest = _snapshot_plan.verify_local(path, remote)
-    try:
-        after = _manifest.stat_record(path)
-    except OSError:
-        after = None
-    return ok, digest, (before if before == after else None)
+    return _snapshot_plan.verify_keeping_stat(path, remote)
 
 
 def settle_leftover(item: _snapshot_plan.Item, staged: str) -> bool:

@@ -146,6 +146,39 @@ def test_a_duplicate_of_a_file_changed_since_it_was_verified_is_refused(tmp_path
     assert "changed after this run verified it" in err.value.msg and not os.path.exists(other.final)
 
 
+def spy_rewriting(monkeypatch, victim):
+    """verify_local that rewrites ``victim`` (stat kept but ctime) right after reading its bytes."""
+    real = _snapshot_plan.verify_local
+
+    def verify_then_rewrite(path, remote):
+        res = real(path, remote)
+        if path == victim:
+            rewrite_keeping_stat(path)
+        return res
+
+    monkeypatch.setattr(_snapshot_plan, "verify_local", verify_then_rewrite)
+
+
+def test_plan_does_not_record_a_file_rewritten_while_it_was_hashed(tmp_path, monkeypatch):
+    item = sf.item_for(tmp_path, "a.safetensors", DATA)
+    sf.write(tmp_path, "a.safetensors", DATA)
+    spy_rewriting(monkeypatch, item.final)
+    _snapshot_plan.plan([item], None)
+    # The hash saw the right bytes, the file holds others now: a record taken after the hash would
+    # vouch for them on every later run.
+    assert item.action == "fetch" and item.stat is None
+
+
+def test_a_link_source_rewritten_while_it_was_hashed_is_not_linked(tmp_path, monkeypatch):
+    v1, v2 = tmp_path / "v1", tmp_path / "v2"
+    source = sf.write(v1, "a.safetensors", DATA)
+    staging = _snapshot_staging.make_staging(str(v2))
+    item = sf.item_for(v2, "a.safetensors", DATA)
+    item.source = (source, dict(sf.record(source, item.remote), stat=None))  # no record: its bytes decide
+    spy_rewriting(monkeypatch, source)
+    assert not _snapshot_staging.link_from_source(item, staging, str(v2)) and not os.path.exists(item.final)
+
+
 # --- shared storage: the lock (item 8) ------------------------------------------------------------
 
 def test_lock_timeout_says_another_host_may_hold_it(tmp_path):
