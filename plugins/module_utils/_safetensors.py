@@ -52,6 +52,11 @@ MAX_HEADER = 100_000_000
 FIX_REFETCH = "re-fetch it (hf_snapshot)"
 
 
+def _short(name: str) -> str:
+    """A tensor name for a problem line: a hostile header may hold names of megabytes."""
+    return name if len(name) <= 120 else name[:117] + "..."
+
+
 class Shard(object):
     """What one shard's header says: its tensors and the byte counts of its parts."""
 
@@ -102,9 +107,10 @@ def load_index(root):
     weight_map = data.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise IndexError_("%s has no weight_map or an empty one; %s" % (INDEX, fix))
-    bad = [k for k, v in weight_map.items() if not isinstance(v, str) or not v]
+    # Longer than PATH_MAX cannot be a file name, and would make every problem line that names it huge.
+    bad = [k for k, v in weight_map.items() if not isinstance(v, str) or not v or len(v) > 4096]
     if bad:
-        raise IndexError_("%s maps %d tensor(s) to no file name (e.g. %s); %s" % (INDEX, len(bad), bad[0], fix))
+        raise IndexError_("%s maps %d tensor(s) to no file name (e.g. %s); %s" % (INDEX, len(bad), _short(bad[0]), fix))
     metadata = data.get("metadata")
     total = None
     if isinstance(metadata, dict) and "total_size" in metadata:
@@ -167,7 +173,7 @@ def _describe_rejection(path, rel, size, header_len, lib_message):
         # OverflowError: JSON reads 1e400 as inf, which int() refuses with it.
         except (TypeError, KeyError, IndexError, ValueError, OverflowError):
             return "%s: header entry %r has no valid data_offsets; the file is corrupt, %s" % (
-                rel, name[:120], FIX_REFETCH)
+                rel, _short(name), FIX_REFETCH)
     spans.sort()
     data_end = 0
     for begin, end in spans:
@@ -245,21 +251,22 @@ def cross_check(weight_map, shards):
             elsewhere = sorted({s for t in wrong for s in where[t]})
             problems.append(
                 "%s: %d tensor(s) that %s maps to it are in %s instead (e.g. %s); the index and the shards "
-                "disagree, re-fetch %s and the shards" % (rel, len(wrong), INDEX, ", ".join(elsewhere), wrong[0], INDEX))
+                "disagree, re-fetch %s and the shards"
+                % (rel, len(wrong), INDEX, ", ".join(elsewhere), _short(wrong[0]), INDEX))
         if absent:
             problems.append(
                 "%s: %d tensor(s) that %s maps to it are not in its header nor in any other shard (e.g. %s); %s"
-                % (rel, len(absent), INDEX, absent[0], FIX_REFETCH))
+                % (rel, len(absent), INDEX, _short(absent[0]), FIX_REFETCH))
         extra = [t for t in shards[rel] if weight_map.get(t) != rel]
         unmapped = [t for t in extra if t not in weight_map]
         if unmapped:
             problems.append(
                 "%s: %d tensor(s) in its header are not in %s's weight_map (e.g. %s); re-fetch %s and the shards"
-                % (rel, len(unmapped), INDEX, unmapped[0], INDEX))
+                % (rel, len(unmapped), INDEX, _short(unmapped[0]), INDEX))
     for name, rels in where.items():
         if len(rels) > 1:
             problems.append("tensor %s is in the headers of %d shards (%s); re-fetch the shards"
-                            % (name, len(rels), ", ".join(sorted(rels))))
+                            % (_short(name), len(rels), ", ".join(sorted(rels))))
     return problems
 
 

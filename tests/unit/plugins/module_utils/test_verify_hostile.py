@@ -324,8 +324,11 @@ def test_fuzz_no_exception_escapes(trees, record_property):
         except Exception as exc:  # pragma: no cover - the failure this test exists to report
             pytest.fail("case %d (%s/%s, seed 10013) raised %s: %s; input: %r"
                         % (case, os.path.basename(root), name, type(exc).__name__, exc, raw[:300]))
+        if (root, name) == (target, "config.json"):  # the drafter step reads the target's config too
+            json.dumps(_verify.verify(drafter, mode="quick", target=target))
         json.dumps(res)
         assert isinstance(res["problems"], list) and all(isinstance(p, str) for p in res["problems"])
+        assert all(len(p) < 2000 for p in res["problems"]), [p[:200] for p in res["problems"]]
         outcomes["ok" if res["ok"] else "problems"] += 1
         with open(os.path.join(root, name), "wb") as handle:
             handle.write(originals[(root, name)])
@@ -347,3 +350,18 @@ def test_module_side_shards_still_reported_with_safetensors(trees):
     res = _verify.verify(target, mode="quick")
     assert any("not in its header" in p for p in res["problems"]), res["problems"]
     assert _safetensors.inspect_shard(path, S1).tensors == []
+
+
+def test_huge_names_stay_short_in_problem_lines(trees):
+    """A header may hold a tensor name of a megabyte; a problem line names it in at most ~120 characters."""
+    target, _drafter = trees
+    path = os.path.join(target, S1)
+    huge = "t" * 1_000_000
+    save_file({huge: mt.np.zeros(2, dtype=mt.np.float16)}, path)
+    res = _verify.verify(target, mode="quick")
+    hits = _mentions(res, S1)
+    assert hits and all(len(p) < 1000 for p in res["problems"]), [len(p) for p in res["problems"]]
+    with open(os.path.join(target, INDEX), "w") as handle:
+        json.dump({"weight_map": {huge: "x" * 5000}}, handle)
+    res = _verify.verify(target, mode="quick")
+    assert any("to no file name" in p for p in res["problems"]) and all(len(p) < 1000 for p in res["problems"])
