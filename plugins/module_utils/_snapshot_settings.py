@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import ssl
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,10 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors impo
 REPO_TYPES = ("model", "dataset", "space")
 # aria2's per-server connection limit (--max-connection-per-server).
 MAX_CONNECTIONS = 16
+# aria2's ranges for --timeout / --retry-wait (seconds) and --min-split-size (bytes).
+ARIA2_MAX_TIMEOUT = 600
+MIN_SPLIT_LOW = 1024 * 1024
+MIN_SPLIT_HIGH = 1024 * 1024 * 1024
 
 
 def argument_spec() -> dict[str, dict[str, Any]]:
@@ -114,18 +119,81 @@ class Settings:
 
 
 def _check(values: Mapping[str, Any]) -> None:
-    """The checks the argument spec cannot express, with the message an operator needs."""
-    repo_id = values["repo_id"]
-    if not repo_id or "/" not in repo_id and not re.match(r"^[\w.-]+$", repo_id):
-        raise SnapshotError("repo_id %r is not a Hub repo id (like org/name)" % repo_id)
+    """The checks the argument spec cannot express, with the message an operator needs.
+
+    Each would otherwise surface late: as a traceback, as aria2 refusing its argv after the listing,
+    or as minutes of retries of a request that can never succeed.
+    """
+    _check_repo_id(values["repo_id"])
     if not values["dest"] or not os.path.isabs(values["dest"]):
         raise SnapshotError("dest must be an absolute path, got %r" % values["dest"])
     if values["repo_type"] not in REPO_TYPES:
         raise SnapshotError("repo_type must be model, dataset or space")
-    if not 1 <= int(values["connections"]) <= MAX_CONNECTIONS:
-        raise SnapshotError("connections must be 1-16 (aria2's per-server limit), got %s" % values["connections"])
-    for key in ("splits", "parallel_files", "max_tries"):
-        if int(values[key]) < 1:
-            raise SnapshotError("%s must be at least 1, got %s" % (key, values[key]))
-    if not re.match(r"^\d+[KM]?$", str(values["min_split_size"])):
-        raise SnapshotError("min_split_size must look like 1M or 20M (aria2 syntax), got %r" % values["min_split_size"])
+    _check_numbers(values)
+    _check_split_size(values["min_split_size"])
+    if values["ca_path"]:
+        _check_ca_path(values["ca_path"])
+
+
+def _check_repo_id(repo_id: Any) -> None:
+    """huggingface_hub's own rule (validate_repo_id): what it refuses would fail every request."""
+    if not repo_id or not isinstance(repo_id, str):
+        raise SnapshotError("repo_id %r is not a Hub repo id (like org/name)" % (repo_id,))
+    try:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+    except ImportError:  # the module reports the missing library; a direct caller gets the basic check
+        if repo_id.count("/") > 1 or not re.match(r"^[\w.-]+(/[\w.-]+)?$", repo_id):
+            raise SnapshotError("repo_id %r is not a Hub repo id (like org/name)" % repo_id)
+        return
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise SnapshotError("repo_id %r is not a Hub repo id (like org/name): %s" % (repo_id, exc))
+
+
+# (option, lowest, highest or None, why): aria2's own ranges where aria2 gets the value.
+_RANGES = (
+    ("connections", 1, MAX_CONNECTIONS, "aria2's per-server limit"),
+    ("splits", 1, None, None),
+    ("parallel_files", 1, None, None),
+    ("max_tries", 1, None, None),
+    ("timeout", 1, ARIA2_MAX_TIMEOUT, "aria2's --timeout range; 0 would make every request time out at once"),
+    ("retry_wait", 0, ARIA2_MAX_TIMEOUT, "aria2's --retry-wait range"),
+    ("hash_workers", 1, None, "threads that hash files; leave it unset for the default"),
+    ("lock_timeout", 0, None, None),
+    ("min_free_bytes", 0, None, None),
+)
+
+
+def _check_numbers(values: Mapping[str, Any]) -> None:
+    for key, low, high, why in _RANGES:
+        value = values[key]
+        if value is None and key == "hash_workers":
+            continue
+        if high is not None and not low <= int(value) <= high:
+            raise SnapshotError("%s must be %d-%d (%s), got %s" % (key, low, high, why, value))
+        if int(value) < low:
+            raise SnapshotError("%s must be at least %d%s, got %s" % (key, low, " (%s)" % why if why else "", value))
+
+
+def _check_split_size(value: Any) -> None:
+    match = re.match(r"^(\d+)([KM]?)$", str(value))
+    if not match:
+        raise SnapshotError("min_split_size must look like 1M or 20M (aria2 syntax), got %r" % value)
+    size = int(match.group(1)) * {"": 1, "K": 1024, "M": 1024 * 1024}[match.group(2)]
+    if not MIN_SPLIT_LOW <= size <= MIN_SPLIT_HIGH:
+        raise SnapshotError("min_split_size must be 1M-1024M (aria2's range), got %r" % value)
+
+
+def _check_ca_path(ca_path: str) -> None:
+    """A CA bundle that exists, is readable and parses: else every TLS request would fail, with retries."""
+    if not os.path.isfile(ca_path):
+        raise SnapshotError("ca_path %s does not exist or is not a file: give the PEM bundle of the CA that "
+                            "signs the endpoint's certificate" % ca_path)
+    if not os.access(ca_path, os.R_OK):
+        raise SnapshotError("ca_path %s is not readable by this user: fix its permissions" % ca_path)
+    try:
+        ssl.create_default_context(cafile=ca_path)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise SnapshotError("ca_path %s is not a PEM CA bundle (%s): give the CA certificate(s) in PEM form"
+                            % (ca_path, exc))
