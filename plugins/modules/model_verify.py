@@ -27,8 +27,18 @@ description:
     O(revision) for a tree placed by another tool (non-LFS files by their git blob id). Small files (config,
     tokenizer, C(dflash.py) and other custom code run with C(trust_remote_code)) are hashed in every mode; weight
     files as O(mode) says."
-  - With O(target), checks that O(path) is a DFlash drafter config that fits the target model (hidden size,
-    vocabulary size, target layer ids, number of target layers).
+  - "With O(target), checks that O(path) is a DFlash drafter config that fits the target model (hidden size,
+    vocabulary size, target layer ids, number of target layers). The drafter is read as SGLang 0.5.23's
+    C(parse_dflash_draft_config) reads it: C(block_size), C(num_target_layers), C(target_layer_ids) and
+    C(mask_token_id) from C(dflash_config) first, then the top level; C(target_layer_ids) and C(mask_token_id)
+    are optional (SGLang then picks the layers and the mask token); C(block_size) >= 1 when set. The first of its
+    C(architectures) must be a DFlash class SGLang registers (C(DFlashDraftModel), C(DFlash2DraftModel), ...).
+    Values SGLang accepts only by coercion (V(true) or V(\"16\") where an integer belongs) are problems too."
+  - "Hostile or broken input is a problem line, never a crash: C(config.json) and the index must be regular files
+    (symlinks are followed; a FIFO or a device is refused without being opened for a blocking read) of at most
+    64 MiB (a Kimi K2-class index of ~200,000 tensors is ~10-20 MB) nested at most 64 levels; header offsets
+    such as V(1e400), an O(expect) expression that raises on this config and C(architectures) that is not a
+    list of class names each become one problem naming the file and the fix."
   - The result lists every check with its status, and the failure message lists every problem with its fix, not
     only the first one. The module never reports a change.
 author:
@@ -68,6 +78,7 @@ options:
         C(model_type: kimi_k25) or C(text_config.num_hidden_layers: 61)."
       - Values compare by JSON meaning (V(61) equals V(61.0) but not V("61"); V(true) is not V(1)).
       - An expression that does not parse is a parameter error.
+      - An expression that parses but raises on this config (for example C(length(missing))) is a problem.
     type: dict
   target:
     description:
