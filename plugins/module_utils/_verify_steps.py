@@ -130,6 +130,9 @@ class Layout:
     weight_map: dict | None  # None unless the index parsed
     total_size: int | None  # the index's metadata.total_size, when it has one
     shard_rels: list  # the shards the index names (or the single file), sorted
+    # Where the tree's symlinks may lead (realpath): the cache repo folder for a huggingface_hub cache
+    # snapshot (cache_repo_dir), None for any other tree (links must stay inside it).
+    within: str | None = None
 
     @property
     def index_unusable(self) -> bool:
@@ -137,8 +140,29 @@ class Layout:
         return self.kind == "index" and self.weight_map is None
 
 
+# huggingface_hub's cache (file_download.repo_folder_name, snapshot_download): <cache>/<type>s--<org>--<name>/
+# holds blobs/<hash> (the bytes) and snapshots/<commit>/<path>, a relative symlink into ../../blobs/.
+CACHE_REPO_PREFIXES = ("models--", "datasets--", "spaces--")
+
+
+def cache_repo_dir(root: str) -> str | None:
+    """The cache repo folder (realpath) when ``root`` is a huggingface_hub cache snapshot, else None.
+
+    Its snapshot's files are symlinks into the folder's ``blobs/``, so links of that tree may resolve
+    anywhere inside that folder, and nowhere else.
+    """
+    snapshots = os.path.dirname(os.path.realpath(root))
+    repo = os.path.dirname(snapshots)
+    if os.path.basename(snapshots) == "snapshots" and os.path.basename(repo).startswith(CACHE_REPO_PREFIXES) \
+            and os.path.isdir(os.path.join(repo, "blobs")):
+        return repo
+    return None
+
+
 def check_layout(report: Report, root: str, path: str) -> Layout:
     """Step 3: the index (or the single model.safetensors) is there and parses."""
+    within = cache_repo_dir(root)
+    where = " (huggingface_hub cache snapshot: links may resolve inside %s)" % within if within else ""
     kind, _name = _st.find_weights(root)
     weight_map, total_size, shard_rels = None, None, []
     if kind is None:
@@ -146,7 +170,7 @@ def check_layout(report: Report, root: str, path: str) -> Layout:
                              % (_st.INDEX, _st.SINGLE, path)])
     elif kind == "single":
         shard_rels = [_st.SINGLE]
-        report.add("index", detail="single-file model (%s)" % _st.SINGLE)
+        report.add("index", detail="single-file model (%s)%s" % (_st.SINGLE, where))
     else:
         try:
             weight_map, total_size = _st.load_index(root)
@@ -154,8 +178,9 @@ def check_layout(report: Report, root: str, path: str) -> Layout:
             report.add("index", [str(exc)])
         else:
             shard_rels = sorted(set(weight_map.values()))
-            report.add("index", detail="%s: %d tensors in %d shards" % (_st.INDEX, len(weight_map), len(shard_rels)))
-    return Layout(kind=kind, weight_map=weight_map, total_size=total_size, shard_rels=shard_rels)
+            report.add("index", detail="%s: %d tensors in %d shards%s"
+                       % (_st.INDEX, len(weight_map), len(shard_rels), where))
+    return Layout(kind=kind, weight_map=weight_map, total_size=total_size, shard_rels=shard_rels, within=within)
 
 
 def _partial_line(rel: str) -> str:
@@ -169,22 +194,54 @@ def _partial_line(rel: str) -> str:
     return "%s: partial download left by a downloader; remove it and re-fetch what it was" % rel
 
 
+# Which unreferenced .safetensors files SGLang 0.5.23 never loads, so they are notices, not strays:
+# DefaultModelLoader._prepare_weights (sglang/srt/model_loader/loader.py) globs "*.safetensors" in
+# the model directory itself, never below it (so original/ and any other subdirectory are never
+# read), and weight_utils.filter_duplicate_safetensors_files keeps only what the index's weight_map
+# names; without an index it drops consolidated.safetensors only when it and model.safetensors are
+# the only two files (Mistral's repos ship both formats of the same weights).
+CONSOLIDATED = "consolidated"
+
+
+def _ignored_by_sglang(rel: str, layout: Layout, files: list) -> str | None:
+    """Why SGLang does not load the unreferenced .safetensors file ``rel``, or None when it would."""
+    if "/" in rel:
+        return "in a subdirectory, and SGLang loads weights only from the model directory itself"
+    if layout.kind == "index" and rel.startswith(CONSOLIDATED):
+        return "SGLang loads only the files %s names" % _st.INDEX
+    top = sorted(f for f in files if f.endswith(".safetensors") and "/" not in f)
+    if layout.kind == "single" and top == [CONSOLIDATED + ".safetensors", _st.SINGLE]:
+        return "SGLang skips it when it and %s are the only weight files" % _st.SINGLE
+    return None
+
+
+def _unreferenced_line(rel: str, layout: Layout) -> str:
+    return ("%s: a .safetensors file that %s does not reference (a leftover of another revision or download?); "
+            "remove it, or set allow_stray if it belongs there"
+            % (rel, _st.INDEX if layout.kind == "index" else "this single-file model"))
+
+
 def check_strays(report: Report, layout: Layout, files: list, *, allow_stray: bool) -> None:
-    """Step 4: no partial download and no .safetensors file the layout does not reference among ``files``."""
-    stray = []
+    """Step 4: no partial download and no .safetensors file the layout does not reference among ``files``.
+
+    A partial is a problem even with ``allow_stray``: it stands for a file whose download did not
+    finish, so the tree is not the revision. ``allow_stray`` tolerates complete extra shards only.
+    Unreferenced shards SGLang never loads (``_ignored_by_sglang``) are notices.
+    """
+    problems, tolerated, notices = [], [], []
+    judge_shards = layout.kind is not None and not layout.index_unusable
     for rel in files:
         if is_partial(rel):
-            stray.append(_partial_line(rel))
-        elif layout.kind is not None and rel.endswith(".safetensors") and rel not in layout.shard_rels and \
-                not layout.index_unusable:
-            stray.append("%s: a .safetensors file that %s does not reference (a leftover of another revision or "
-                         "download?); remove it, or set allow_stray if it belongs there"
-                         % (rel, _st.INDEX if layout.kind == "index" else "this single-file model"))
+            problems.append(_partial_line(rel) + ("; allow_stray does not cover partial downloads"
+                                                  if allow_stray else ""))
+        elif judge_shards and rel.endswith(".safetensors") and rel not in layout.shard_rels:
+            why = _ignored_by_sglang(rel, layout, files)
+            if why:
+                notices.append("%s: not referenced by the weights (%s); left as it is" % (rel, why))
+            else:
+                (tolerated if allow_stray else problems).append(_unreferenced_line(rel, layout))
     detail = "%d files in the tree, no partials or unreferenced shards" % len(files)
-    if allow_stray:
-        report.add("stray", warnings=stray, detail=detail, context="allow_stray")
-    else:
-        report.add("stray", stray, detail)
+    report.add("stray", problems, detail, warnings=tolerated + notices, context="allow_stray" if tolerated else "")
 
 
 def check_headers(report: Report, root: str, layout: Layout) -> tuple:
