@@ -22,7 +22,7 @@ description:
   - The token is sent only to the endpoint (listing, and a C(HEAD) per file that yields the signed
     CDN URL); aria2 gets the signed URLs in a mode 0600 input file that is removed afterwards, never
     anything on its command line. A file the endpoint serves itself to a token holder (no redirect,
-    e.g. small files of a gated repo) is fetched by aria2 too, in parallel and with progress: only
+    e.g. small files of a gated repo) is fetched by aria2 too, in parallel and with progress; only
     for such a file the input file also holds the C(Authorization) header (aria2 logs it as
     C(<snip>)). Public repos are fetched without a token.
   - Writes C(dest/.gpufleet/manifest.json) atomically under an exclusive lock on O(dest), with the
