@@ -43,6 +43,13 @@ description:
     space; a O(link_from) on another filesystem cannot be hard-linked, so its files count as needed.
   - In check mode a run that would fail for lack of space or of C(aria2c) is reported, not failed -
     a warning, RV(blocked) and the figures in RV(disk).
+  - Every id and path in the endpoint's answers is checked as it arrives - the commit (40 hex digits),
+    each file's git blob id (40 hex), LFS sha256 (64 hex), size, and its path (relative, normalized, no
+    C(..), NUL or backslash). Anything else fails at once, before O(dest) is created or touched, with a
+    message naming the repo and the file and saying the endpoint (or something between it and the host)
+    is broken or untrusted; such an answer is never retried. Staging file names are checked to stay
+    inside O(dest) too.
+  - Bad options fail at once, before any request, naming the option and the fix (see each option's range).
 author:
   - gpufleet.llm contributors (@gpufleet)
 extends_documentation_fragment:
@@ -61,7 +68,9 @@ attributes:
     details: A second run with everything present is C(changed=false) and fetches no file bytes.
 options:
   repo_id:
-    description: Hub repository id, for example C(moonshotai/Kimi-K2.6).
+    description:
+      - Hub repository id, for example C(moonshotai/Kimi-K2.6). Checked with C(huggingface_hub)'s own
+        rule (C(validate_repo_id)) - C(name) or C(namespace/name), no second slash, no C(--) or C(..).
     type: str
     required: true
   revision:
@@ -71,6 +80,8 @@ options:
   dest:
     description:
       - Absolute directory to fetch into; created when missing. Nothing outside it is written.
+      - C(dest/.gpufleet) (and its C(staging) directory) must not be a symlink; the module refuses to
+        write its manifest, lock and staging files through one.
     type: path
     required: true
   repo_type:
@@ -120,6 +131,7 @@ options:
       - aria2 C(--min-split-size), for example C(1M) or C(8M). aria2 halves a file's ranges down
         to this size, so a file gets all O(splits) connections only from O(splits) times this size
         up (16 x 8M = 128 MiB).
+      - C(1M) to C(1024M), aria2's range (bytes, C(K) or C(M)).
     type: str
     default: 8M
   max_tries:
@@ -129,11 +141,11 @@ options:
     type: int
     default: 5
   retry_wait:
-    description: Base of the exponential backoff between rounds, seconds (also aria2's own retry wait).
+    description: Base of the exponential backoff between rounds, seconds (also aria2's own retry wait), 0-600.
     type: int
     default: 2
   timeout:
-    description: Network timeout in seconds for Hub requests and aria2 connections.
+    description: Network timeout in seconds for Hub requests and aria2 connections, 1-600 (aria2's range).
     type: int
     default: 60
   link_from:
@@ -168,6 +180,8 @@ options:
       - CA bundle to verify TLS certificates with (the listing, the resolves and aria2), e.g. the
         private CA of a mirror. A certificate it does not vouch for fails the listing with a
         message naming O(ca_path).
+      - Must be a readable file of PEM certificates; a missing, unreadable or non-PEM file fails
+        before any request.
     type: path
   aria2c:
     description: Path of the aria2c binary. Default the one on C(PATH).
@@ -180,7 +194,7 @@ options:
     type: int
     default: 600
   hash_workers:
-    description: Threads hashing existing files. Default one per CPU.
+    description: Threads hashing existing files, at least 1. Default one per CPU.
     type: int
   resolve_only:
     description:
