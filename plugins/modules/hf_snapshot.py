@@ -30,8 +30,8 @@ description:
   - A stat record is (size, mtime, ctime, inode), taken after the module's own last change to the file (its rename
     into place, a hard link it made), so that change does not count. ctime moves on every write, even one whose
     mtime was put back, so such a file is hashed again. The device number is not compared, so a remount does not
-    force a re-hash. Linking a file from O(link_from) moves the ctime of the source revision's file too: that
-    revision's files shared with the new one are hashed once more if it is fetched again (a rollback) or
+    force a re-hash. Linking a file from O(link_from) moves the ctime of the source revision's file too, so
+    that revision's files shared with the new one are hashed once more if it is fetched again (a rollback) or
     verified in auto mode. A manifest written before ctime was recorded makes the next run hash every file once.
   - A re-run with everything in place is C(changed=false) and transfers no file bytes; a pinned
     commit whose manifest matches needs no network at all. A file whose stat no longer matches the
