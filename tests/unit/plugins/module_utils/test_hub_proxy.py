@@ -32,8 +32,33 @@ def check_mode_run(hub, dest, **params):
     return _snapshot.snapshot(base, check_mode=True)
 
 
+def _pipe_both(one, other):
+    """Relay bytes between two sockets until either side closes."""
+
+    def pipe(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    back = threading.Thread(target=pipe, args=(other, one), daemon=True)
+    back.start()
+    pipe(one, other)
+    back.join()
+
+
 class CountingProxy(object):
-    """A plain-http forward proxy: absolute-form requests only (no CONNECT), each one recorded."""
+    """A forward proxy: absolute-form http requests and CONNECT tunnels, each one recorded."""
 
     def __init__(self):
         self.seen = []
@@ -72,6 +97,17 @@ class CountingProxy(object):
                     self.wfile.write(data)
 
             do_GET = do_HEAD = do_POST = _forward
+
+            def do_CONNECT(self):  # pylint: disable=invalid-name
+                host, port = self.path.rsplit(":", 1)
+                proxy.seen.append(("CONNECT", self.path))
+                upstream = socket.create_connection((host, int(port)))
+                self.send_response(200, "Connection established")
+                self.end_headers()
+                self.wfile.flush()
+                _pipe_both(self.connection, upstream)
+                upstream.close()
+                self.close_connection = True
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
@@ -171,27 +207,7 @@ class TLSFront(object):
             return
         self.handshakes += 1
         back = socket.create_connection((self.upstream.hostname, self.upstream.port))
-
-        def pipe(src, dst):
-            try:
-                while True:
-                    data = src.recv(65536)
-                    if not data:
-                        break
-                    dst.sendall(data)
-            except OSError:
-                pass
-            finally:
-                for sock in (src, dst):
-                    try:
-                        sock.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
-
-        other = threading.Thread(target=pipe, args=(back, tls), daemon=True)
-        other.start()
-        pipe(tls, back)
-        other.join()
+        _pipe_both(tls, back)
         tls.close()
         back.close()
 
@@ -236,6 +252,13 @@ def test_listing_trusts_ca_path(tls_hub, lab_hub, tmp_path):
     res = check_mode_run(lab_hub, tmp_path / "d", endpoint=front.url, ca_path=ca)
     assert res["commit"] == lab_hub.files_at(TARGET, "main")[0]
     assert front.handshakes >= 1
+
+
+def test_https_listing_tunnels_through_the_proxy_with_ca_path(tls_hub, lab_hub, proxy, tmp_path):
+    front, ca, dummy = tls_hub
+    res = check_mode_run(lab_hub, tmp_path / "d", endpoint=front.url, ca_path=ca, proxy=proxy.url)
+    assert res["commit"] == lab_hub.files_at(TARGET, "main")[0]
+    assert ("CONNECT", front.url.split("//", 1)[1]) in proxy.seen, proxy.seen
 
 
 def test_listing_refuses_a_certificate_not_signed_by_ca_path(tls_hub, lab_hub, tmp_path):
