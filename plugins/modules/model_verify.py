@@ -24,9 +24,11 @@ description:
     C(weight_map) is in the header of the shard it maps to and every header tensor is in the C(weight_map);
     C(metadata.total_size) equals the sum of tensor bytes."
   - "File sizes and sha256 against the manifest C(hf_snapshot) wrote, or against the Hub listing of O(repo_id) at
-    O(revision) for a tree placed by another tool (non-LFS files by their git blob id). Small files (config,
-    tokenizer, C(dflash.py) and other custom code run with C(trust_remote_code)) are hashed in every mode; weight
-    files as O(mode) says."
+    O(revision) for a tree placed by another tool (non-LFS files by their git blob id). Small files (every file
+    that is not LFS: config, tokenizer config, C(dflash.py) and other custom code run with C(trust_remote_code))
+    are hashed in every mode; LFS files (the weights, and large files such as C(tiktoken.model)) as O(mode) says.
+    Where the manifest does not say whether a file is LFS, a file ending in C(.safetensors), C(.bin), C(.pt),
+    C(.pth), C(.gguf), C(.h5), C(.msgpack), C(.onnx), C(.ckpt) or C(.model) counts as one."
   - "With O(target), checks that O(path) is a DFlash drafter config that fits the target model (hidden size,
     vocabulary size, target layer ids, number of target layers). The drafter is read as SGLang 0.5.23's
     C(parse_dflash_draft_config) reads it: C(block_size), C(num_target_layers), C(target_layer_ids) and
@@ -62,7 +64,7 @@ options:
   mode:
     description:
       - V(quick) reads config, index and shard headers and hashes only the small files; its cost does not grow with
-        the size of the weights.
+        the size of the weights. LFS files (the weights, C(tiktoken.model)) get a size check only.
       - V(full) hashes every file.
       - V(auto) hashes the small files and every weight file whose stat record (size, mtime, ctime, inode)
         changed since it last matched its sha256, and records the results in C(<path>/.gpufleet/statcache.json)

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import os
 import re
 import shutil
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _paths, _safetensors, _strays, _verify
+from ansible_collections.gpufleet.llm.plugins.module_utils import _hashing, _paths, _safetensors, _strays, _verify
 from ansible_collections.gpufleet.llm.plugins.module_utils import _verify_hashes
 from ansible_collections.gpufleet.llm.plugins.module_utils import _verify_steps as vs
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees as mt
@@ -237,3 +238,46 @@ def test_repo_id_mode_with_the_patterns_of_the_fetch(lab_hub, tmp_path):
 def test_pattern_parameters(params, needle):
     with pytest.raises(_verify.ParamError, match=re.escape(needle)):
         _verify.check_params(**params)
+
+
+# --- item 15 (docs): what quick hashes, and the read sizes, as the code does them ---------------------------
+
+COLLECTION = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+
+
+def _manifest_lfs(root, rel, lfs):
+    path = os.path.join(root, ".gpufleet", "manifest.json")
+    with open(path) as handle:
+        manifest = json.load(handle)
+    if lfs is None:
+        manifest["files"][rel].pop("lfs", None)
+    else:
+        manifest["files"][rel]["lfs"] = lfs
+    with open(path, "w") as handle:
+        json.dump(manifest, handle)
+
+
+@pytest.mark.parametrize("lfs", [True, None])
+def test_quick_checks_an_lfs_tiktoken_model_by_size_only(trees, lfs):
+    target, _drafter = trees
+    _manifest_lfs(target, "tiktoken.model", lfs)  # LFS on the Hub; None: an older manifest without the flag
+    res = _verify.verify(target, mode="quick")
+    assert res["ok"], res["problems"]
+    assert "tiktoken.model" not in res["hashed"] and "config.json" in res["hashed"]
+    res = _verify.verify(target, mode="full")
+    assert "tiktoken.model" in res["hashed"]
+    _manifest_lfs(target, "tiktoken.model", False)  # a small (non-LFS) file is hashed in every mode
+    assert "tiktoken.model" in _verify.verify(target, mode="quick")["hashed"]
+
+
+def test_docs_state_the_read_sizes_and_quick_hashing_the_code_uses():
+    doc = os.path.join(COLLECTION, "docs", "model_verify.md")
+    if not os.path.exists(doc):
+        pytest.skip("docs/ is not part of this tree")
+    with open(doc) as handle:
+        text = handle.read()
+    assert "%d MiB reads per thread" % (_verify_hashes.HASH_BLOCK >> 20) in text
+    assert "%d MiB reads, `_hashing.BLOCK`" % (_hashing.BLOCK >> 20) in text
+    assert "`tiktoken.model`: size only" in text
+    for suffix in _verify_hashes.WEIGHT_SUFFIXES:
+        assert "`%s`" % suffix in text, suffix
