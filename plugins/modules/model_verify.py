@@ -116,8 +116,8 @@ options:
   allow_stray:
     description:
       - Report complete C(.safetensors) files the index does not reference as warnings instead of problems.
-      - Partial downloads (C(.aria2), C(.incomplete) and the other partial suffixes) stay problems: each stands for a
-        file whose download did not finish.
+      - Partial downloads (C(.aria2), C(.incomplete) and the other partial suffixes) stay problems, since each stands
+        for a file whose download did not finish.
     type: bool
     default: false
   fail_on_problem:
