@@ -28,6 +28,7 @@ for a config whose meaning depends on ``int()``.
 
 from __future__ import annotations
 
+
 def text_value(config: dict, key: str):
     """``key`` from ``config["text_config"]`` when the target nests it there, else the top level."""
     text = config.get("text_config")

@@ -20,7 +20,8 @@ import pytest
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _dflash
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees as mt
-from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import sglang_python  # noqa: F401
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
+    sglang_python)
 
 TARGET = mt.target_config()
 T_LAYERS = mt.TARGET_LAYERS
@@ -191,7 +192,7 @@ def _random_configs(count, seed=20261203):
     """``count`` drafters: each pool field absent, nested, top level or both (nested first per SGLang), seeded."""
     rng = random.Random(seed)
     out = []
-    for _ in range(count):
+    for _case in range(count):
         cfg = {"architectures": ["DFlashDraftModel"], "hidden_size": mt.HIDDEN, "vocab_size": mt.VOCAB}
         nested = {}
         for key, pool in POOL.items():
@@ -215,7 +216,7 @@ def _as_json(value):
     return json.loads(json.dumps(value, allow_nan=True))
 
 
-def test_verdicts_agree_with_sglang_0_5_23(sglang_python):  # noqa: F811  (the fixture)
+def test_verdicts_agree_with_sglang_0_5_23(sglang_python):  # noqa: F811
     handpicked = [mt.drafter_config(), NESTED_ONLY, DEFAULTS] + [
         _drafter(**{key: value}) for key in ("block_size", "num_target_layers", "mask_token_id", "target_layer_ids")
         for value in POOL[key] if value != 1e400]

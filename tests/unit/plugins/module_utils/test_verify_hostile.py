@@ -228,7 +228,7 @@ HOSTILE_TEXT = [b"1e400", b"NaN", b"-Infinity", b"[" * 300, b"{\"a\":", b"\"", b
 def _mutate_json_value(rng, data):
     """Replace one random value (or key) somewhere inside ``data`` with a hostile one."""
     node = data
-    for _ in range(rng.randint(0, 4)):
+    for _step in range(rng.randint(0, 4)):
         if isinstance(node, dict) and node:
             key = rng.choice(sorted(node))
             if not isinstance(node[key], (dict, list)):
@@ -315,7 +315,7 @@ def test_fuzz_no_exception_escapes(trees, record_property):
     for case in range(FUZZ_CASES):
         root, name = rng.choice(victims)
         raw = originals[(root, name)]
-        for _ in range(rng.randint(1, 3)):
+        for _round in range(rng.randint(1, 3)):
             raw = _mutate(rng, name, raw)
         with open(os.path.join(root, name), "wb") as handle:
             handle.write(raw)
