@@ -28,6 +28,8 @@ for a config whose meaning depends on ``int()``.
 
 from __future__ import annotations
 
+import reprlib
+
 
 def text_value(config: dict, key: str):
     """``key`` from ``config["text_config"]`` when the target nests it there, else the top level."""
@@ -72,9 +74,13 @@ SGLANG = "SGLang 0.5.23"
 FIX_CFG = "use the DFlash drafter built for this target"
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 3, 8, 4, 60, 60
+
+
 def short_repr(value) -> str:
-    """A short repr: a hostile config must not turn one problem line into megabytes."""
-    text = repr(value)
+    """A short repr: a hostile config must not turn one problem line (nor the work of building it) into megabytes."""
+    text = _REPR.repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
