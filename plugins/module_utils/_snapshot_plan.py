@@ -7,8 +7,8 @@
 Private to the collection: not a public API, may change without notice.
 
 A file is ``present`` when the manifest's stat record for it still matches (no hashing; a record
-without ctime_ns never does, see _manifest), or when its bytes hash to the Hub's id and its stat did
-not move while they were hashed; ``link`` when an earlier revision (``link_from``) holds the same
+without ctime_ns never does, see _manifest), or the record of a ``link_from`` file that is the same
+inode does, or when its bytes hash to the Hub's id and its stat did not move while they were hashed; ``link`` when an earlier revision (``link_from``) holds the same
 content; ``fetch`` otherwise. A same-size corrupted file is not present: only its bytes decide.
 """
 
@@ -93,6 +93,23 @@ def _recorded_unchanged(item: Item, record: dict[str, Any] | None) -> bool:
     )
 
 
+def _recorded_by_link_source(item: Item, candidates: dict[str, list[tuple[str, dict[str, Any]]]]) -> dict[str, Any] | None:
+    """The record of a ``link_from`` file that is this very inode at this very version, if any.
+
+    A revision's own records go stale when a later one is hard-linked from it (the link moves the
+    inode's ctime); the later revision's record, taken after its link, still holds for the shared
+    inode, so a rollback with ``link_from`` the revision ``current`` serves hashes only what differs.
+    """
+    if os.path.islink(item.final):
+        return None
+    for path, record in candidates.get(hub_id(item.remote), []):
+        stat = record.get("stat")
+        if (record.get("size") == item.remote.size and record.get("sha256")
+                and _manifest.same_stat(stat, path) and _manifest.same_stat(stat, item.final)):
+            return record
+    return None
+
+
 def verify_keeping_stat(path: str, remote: Any) -> tuple[bool, str | None, dict[str, int] | None]:
     """(ok, sha256, stat record) for the bytes at ``path``; not ok if its stat moved while hashed.
 
@@ -128,10 +145,13 @@ def plan(items: Sequence[Item], manifest: dict[str, Any] | None, *, link_from: I
          workers: int | None = None) -> Sequence[Item]:
     """Decide present / link / fetch for every item (hashing files whose stat record is stale)."""
     old = (manifest or {}).get("files", {})
+    candidates = link_candidates(link_from) if link_from else {}
     to_hash = []
     for item in items:
         record = old.get(item.remote.path)
-        if _recorded_unchanged(item, record):
+        if not _recorded_unchanged(item, record):
+            record = _recorded_by_link_source(item, candidates) if os.path.lexists(item.final) else None
+        if record:
             item.action = "present"
             item.sha256 = record.get("sha256")
             item.stat = record.get("stat")
@@ -141,7 +161,6 @@ def plan(items: Sequence[Item], manifest: dict[str, Any] | None, *, link_from: I
             item.action = "fetch"
     if to_hash:
         _decide_by_hash(to_hash, workers)
-    candidates = link_candidates(link_from) if link_from else {}
     for item in items:
         if item.action != "fetch":
             continue

@@ -87,10 +87,10 @@ def link_from_source(item: _snapshot_plan.Item, staging: str, dest: str) -> bool
 
     The source counts only while its stat record holds or its bytes still hash right. Returns False
     when the item must be fetched instead. The link moves the source inode's ctime, so the source
-    revision's own manifest and stat cache records go stale and that revision is hashed again the
-    next time it is fetched or verified in auto mode (the cost of a rollback). This run's records
-    are taken after its links, and ``record`` (in memory) follows, so several names linked to one
-    source cost one check.
+    revision's own manifest and stat cache records go stale: model_verify ``auto`` hashes those
+    files again, and hf_snapshot does unless it is given this revision as ``link_from`` (see
+    _snapshot_plan). This run's records are taken after its links, and ``record`` (in memory)
+    follows, so several names linked to one source cost one check.
     """
     src, record = item.source
     if _manifest.same_stat(record.get("stat"), src):

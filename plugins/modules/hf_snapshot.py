@@ -31,8 +31,10 @@ description:
     into place, a hard link it made), so that change does not count. ctime moves on every write, even one whose
     mtime was put back, so such a file is hashed again. The device number is not compared, so a remount does not
     force a re-hash. Linking a file from O(link_from) moves the ctime of the source revision's file too, so
-    that revision's files shared with the new one are hashed once more if it is fetched again (a rollback) or
-    verified in auto mode. A manifest written before ctime was recorded makes the next run hash every file once.
+    that revision's own records of the files it shares with the new one go stale. Fetching it again (a
+    rollback) with O(link_from) the newer revision hashes nothing for them (the newer revision's record of the
+    same inode holds); without it, or in M(gpufleet.llm.model_verify) auto mode, they are hashed once more.
+    A manifest written before ctime was recorded makes the next run hash every file once.
   - A re-run with everything in place is C(changed=false) and transfers no file bytes; a pinned
     commit whose manifest matches needs no network at all. A file whose stat no longer matches the
     manifest is hashed again and re-fetched when it differs.

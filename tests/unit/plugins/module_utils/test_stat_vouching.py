@@ -123,6 +123,35 @@ def test_names_linked_to_one_source_keep_records_that_hold(tmp_path, monkeypatch
     assert _manifest.same_stat(record["stat"], source)
 
 
+def test_a_rollback_trusts_the_newer_revisions_record_of_the_same_inode(tmp_path, monkeypatch):
+    v1, v2 = tmp_path / "v1", tmp_path / "v2"
+    rels = ("a.safetensors", "b.safetensors")
+    blobs = {"a.safetensors": DATA, "b.safetensors": DATA + b"b"}
+    old = {rel: sf.record(sf.write(v1, rel, blobs[rel]), sf.remote_for(rel, blobs[rel])) for rel in rels}
+    manifest = sf.write_manifest(v1, old)
+    staging = _snapshot_staging.make_staging(str(v2))
+    newer = {}
+    for rel in rels:  # v2 linked from v1, as hf_snapshot does: v1's own records go stale
+        item = sf.item_for(v2, rel, blobs[rel])
+        item.source = (str(v1 / rel), json.loads(json.dumps(old[rel])))  # as read from v1's manifest
+        assert _snapshot_staging.link_from_source(item, staging, str(v2))
+        newer[rel] = dict(old[rel], stat=item.stat)
+    sf.write_manifest(v2, newer)
+    assert not any(_manifest.same_stat(old[rel]["stat"], str(v1 / rel)) for rel in rels)
+    rewrite_keeping_stat(str(v1 / "b.safetensors"))  # and b changes behind everyone's back
+    seen = []
+    real = _snapshot_plan.verify_local
+    monkeypatch.setattr(_snapshot_plan, "verify_local", lambda path, remote: seen.append(path) or real(path, remote))
+    items = [sf.item_for(v1, rel, blobs[rel]) for rel in rels]
+    _snapshot_plan.plan(items, manifest, link_from=[str(v2)])
+    # Rolling back to v1 (link_from: v2, the revision `current` serves): a is the inode v2's record
+    # holds for, so it is present unhashed; b's stat moved under both records, so its bytes decide.
+    assert seen == [str(v1 / "b.safetensors")]
+    assert [it.action for it in items] == ["present", "link"] and _manifest.same_stat(items[0].stat, items[0].final)
+    # b is planned as a link to v2's b, which is checked when linked: the same changed inode, refused.
+    assert not _snapshot_staging.link_from_source(items[1], staging, str(v1))
+
+
 def test_duplicates_keep_the_first_record_true(tmp_path):
     dest = tmp_path / "d"
     staging = _snapshot_staging.make_staging(str(dest))
