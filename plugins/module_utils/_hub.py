@@ -184,6 +184,7 @@ def list_revision(api, repo_id, commit, repo_type="model"):
         files.append(_checked_file(repo_id, commit, entry.path, size=entry.size, blob_id=entry.blob_id,
                                    sha256=lfs.sha256 if lfs else None, lfs=bool(lfs)))
     files.sort(key=lambda f: f.path)
+    _check_tree(repo_id, commit, files)
     return files
 
 
@@ -458,3 +459,18 @@ def _checked_file(repo_id, commit, path, *, size, blob_id, sha256, lfs):
     if problem:
         raise UntrustedAnswerError("the listing of %s@%s gives %s a malformed %s" % (repo_id, commit, _shown(path), problem))
     return RemoteFile(path=path, size=size, blob_id=blob_id, sha256=sha256 if lfs else None, lfs=lfs)
+
+
+def _check_tree(repo_id, commit, files):
+    """A git tree names each path once, and never a file and a folder alike: else placing would crash."""
+    paths = set()
+    for remote in files:
+        if remote.path in paths:
+            raise UntrustedAnswerError("the listing of %s@%s names %s twice" % (repo_id, commit, _shown(remote.path)))
+        paths.add(remote.path)
+    for remote in files:
+        parts = remote.path.split("/")
+        for depth in range(1, len(parts)):
+            if "/".join(parts[:depth]) in paths:
+                raise UntrustedAnswerError("the listing of %s@%s names %s both as a file and as a folder (of %s)"
+                                           % (repo_id, commit, _shown("/".join(parts[:depth])), _shown(remote.path)))

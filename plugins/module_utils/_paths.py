@@ -24,6 +24,10 @@ INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 
 
+# The longest file name Linux filesystems take (ext4, xfs): a longer one could only fail later, with OSError.
+NAME_MAX = 255
+
+
 class UnsafePathError(ValueError):
     """A remote path that would land outside the destination directory."""
 
@@ -46,6 +50,8 @@ def check_relative(remote_path: str) -> list[str]:
     parts = remote_path.split("/")
     if any(part in ("", ".", "..") for part in parts):
         raise UnsafePathError("remote path %r has an empty, '.' or '..' component" % remote_path)
+    if any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX for part in parts):
+        raise UnsafePathError("remote path %r has a component longer than %d bytes" % (remote_path, NAME_MAX))
     return parts
 
 

@@ -78,6 +78,10 @@ def victim(tmp_path):
     ({"config.json": {"path": "a\\..\\..\\victim"}}, ["unsafe path", "backslash"]),
     ({"config.json": {"path": "a/\u0000/b"}}, ["unsafe path", "NUL"]),
     ({"config.json": {"path": "./config.json"}}, ["unsafe path"]),
+    ({"config.json": {"path": "n" * 256}}, ["unsafe path", "longer than 255 bytes"]),
+    # what no git tree holds, and placing would crash on: a path twice, a file that is also a folder
+    ({"config.json": {"path": "README.md"}}, ["'README.md' twice"]),
+    ({"config.json": {"path": "README.md/config.json"}}, ["'README.md' both as a file and as a folder"]),
 ])
 def test_hostile_listing_is_refused_at_once(lab_hub, aria2c, tmp_path, victim, files, words):
     lie(lab_hub, files=files)
@@ -153,7 +157,7 @@ def test_token_in_a_redirect_is_a_clear_failure(lab_hub, aria2c, tmp_path):
     assert not (dest / SHARD1).exists()
 
 
-@pytest.mark.parametrize("path", ["", "/a", "a/../b", "..", "a//b", "a/./b", "a\\b", "a\x00b", None, 5])
+@pytest.mark.parametrize("path", ["", "/a", "a/../b", "..", "a//b", "a/./b", "a\\b", "a\x00b", None, 5, "a/" + "\u00e9" * 128])
 def test_check_relative_refuses(path):
     with pytest.raises(_paths.UnsafePathError):
         _paths.check_relative(path)
