@@ -36,8 +36,9 @@ def test_flat_target_config():
     (lambda d: d.update(block_size=0), "block_size is 0"),
     (lambda d: d.update(block_size=True), "block_size is True"),
     (lambda d: d["dflash_config"].update(mask_token_id=163840), "mask_token_id 163840 is not a token id"),
-    (lambda d: d.pop("dflash_config"), "missing dflash_config, dflash_config.target_layer_ids, dflash_config.mask_token_id"),
-    (lambda d: d.pop("block_size"), "missing block_size"),
+    (lambda d: d.update(architectures=["Qwen3ForCausalLM"]), "is not a DFlash drafter config: architectures is"),
+    (lambda d: d.pop("num_hidden_layers"), "no num_hidden_layers"),
+    (lambda d: d["dflash_config"].update(block_size=0), "dflash_config.block_size is 0"),
 ])
 def test_incompatible_drafter(change, needle):
     drafter = copy.deepcopy(mt.drafter_config())
