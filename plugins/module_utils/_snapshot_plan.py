@@ -8,8 +8,9 @@ Private to the collection: not a public API, may change without notice.
 
 A file is ``present`` when the manifest's stat record for it still matches (no hashing; a record
 without ctime_ns never does, see _manifest), or the record of a ``link_from`` file that is the same
-inode does, or when its bytes hash to the Hub's id and its stat did not move while they were hashed; ``link`` when an earlier revision (``link_from``) holds the same
-content; ``fetch`` otherwise. A same-size corrupted file is not present: only its bytes decide.
+inode does, or when its bytes hash to the Hub's id and its stat did not move while they were
+hashed; ``link`` when an earlier revision (``link_from``) holds the same content; ``fetch``
+otherwise. A same-size corrupted file is not present: only its bytes decide.
 """
 
 from __future__ import annotations
