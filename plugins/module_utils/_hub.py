@@ -176,8 +176,15 @@ def list_revision(api, repo_id, commit, repo_type="model"):
     Every id and path is checked as it arrives (UntrustedAnswerError): they name staging files and
     final paths, so a listing must never be able to point outside the destination.
     """
+    try:
+        entries = list(api.list_repo_tree(repo_id, revision=commit, repo_type=repo_type, recursive=True))
+    except (KeyError, TypeError, AttributeError) as exc:
+        # huggingface_hub builds each entry from the JSON as it comes: a missing or mistyped field
+        # surfaces here, from the answer, not from a bug of ours.
+        raise UntrustedAnswerError("the listing of %s@%s is malformed (%s: %s)"
+                                   % (repo_id, commit, type(exc).__name__, _shown(str(exc))))
     files = []
-    for entry in api.list_repo_tree(repo_id, revision=commit, repo_type=repo_type, recursive=True):
+    for entry in entries:
         if not hasattr(entry, "blob_id"):  # a folder
             continue
         lfs = getattr(entry, "lfs", None)

@@ -269,7 +269,7 @@ class LabControl:
 
 
 # What a hostile listing may replace in a file's tree / paths-info entry, and the switches of a repo.
-LISTING_FILE_KEYS = ("oid", "lfs_oid", "path", "size")
+LISTING_FILE_KEYS = ("oid", "lfs_oid", "path", "size", "drop")
 LISTING_REPO_KEYS = ("files", "omit_sha", "leak_token")
 
 
@@ -285,4 +285,7 @@ def _listing_spec(repo: str, spec) -> dict:
     for path, fields in files.items():
         if not isinstance(fields, dict) or not fields or set(fields) - set(LISTING_FILE_KEYS):
             raise ConfigError(f"{repo}: files[{path!r}] must set some of {list(LISTING_FILE_KEYS)}")
+        drop = fields.get("drop", [])
+        if not isinstance(drop, list) or not all(isinstance(k, str) for k in drop):
+            raise ConfigError(f"{repo}: files[{path!r}].drop must be a list of entry keys")
     return {"files": files, "omit_sha": bool(spec.get("omit_sha")), "leak_token": bool(spec.get("leak_token"))}

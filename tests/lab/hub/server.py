@@ -565,6 +565,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             d.update({k: v for k, v in lies.items() if k in ("oid", "path", "size")})
             if "lfs_oid" in lies:
                 d.setdefault("lfs", {"size": f.size, "pointerSize": 134})["oid"] = lies["lfs_oid"]
+            for key in lies.get("drop", []):  # "lfs.oid" drops a key of the lfs object
+                outer, dot, inner = key.partition(".")
+                (d.get(outer) if dot and isinstance(d.get(outer), dict) else d).pop(inner if dot else key, None)
         if expand:
             lc = repo.last_commit(commit, f.path, False)
             d["lastCommit"] = {"id": lc.sha, "title": lc.title, "date": _iso(lc.date)}

@@ -47,6 +47,11 @@ def test_listing_lies_only_where_told(hub):
     # the bytes are still served under the real path: only the listing lies
     meta = get_hf_file_metadata(hf_hub_url(TARGET, "config.json", endpoint=hub.api))
     assert meta.etag == real_config_oid
+    # drop removes keys of the entry (a.b: of its lfs object)
+    listing(hub, {"repos": {TARGET: {"files": {"config.json": {"drop": ["size"]}, SHARD: {"drop": ["lfs.oid"]}}}}})
+    raw = {e["path"]: e for e in hub._call("GET", f"/api/models/{TARGET}/tree/main?recursive=true")}  # pylint: disable=protected-access
+    assert "size" not in raw["config.json"] and "oid" in raw["config.json"]
+    assert "oid" not in raw[SHARD]["lfs"] and raw[SHARD]["lfs"]["size"] == honest[SHARD].size
     # reset ends the lies
     hub.reset()
     assert listing(hub, method="GET") == {"repos": {}}
@@ -78,6 +83,7 @@ def test_omit_sha_and_leak_token(hub, lab_tokens):
     {"repos": {TARGET: {"files": {"config.json": {"sha": "x"}}}}},
     {"repos": {TARGET: {"files": {"config.json": {}}}}},
     {"repos": {TARGET: {"files": ["config.json"]}}},
+    {"repos": {TARGET: {"files": {"config.json": {"drop": "size"}}}}},
 ])
 def test_bad_listing_specs_are_400(hub, body):
     req = urllib.request.Request(hub.api + "/_lab/listing", data=json.dumps(body).encode(), method="POST",

@@ -79,6 +79,10 @@ def victim(tmp_path):
     ({"config.json": {"path": "a/\u0000/b"}}, ["unsafe path", "NUL"]),
     ({"config.json": {"path": "./config.json"}}, ["unsafe path"]),
     ({"config.json": {"path": "n" * 256}}, ["unsafe path", "longer than 255 bytes"]),
+    # fields missing: huggingface_hub's entry parsing raised KeyError, a traceback from the module
+    ({"config.json": {"drop": ["size"]}}, ["malformed", "KeyError", "size"]),
+    ({SHARD1: {"drop": ["lfs.oid"]}}, ["malformed", "KeyError", "oid"]),
+    ({"config.json": {"drop": ["path"]}}, ["malformed", "KeyError"]),
     # what no git tree holds, and placing would crash on: a path twice, a file that is also a folder
     ({"config.json": {"path": "README.md"}}, ["'README.md' twice"]),
     ({"config.json": {"path": "README.md/config.json"}}, ["'README.md' both as a file and as a folder"]),
