@@ -85,6 +85,23 @@ def test_a_legacy_manifest_record_is_hashed_once_and_recorded_with_ctime(tmp_pat
     assert item.stat == _manifest.stat_record(item.final) and "ctime_ns" in item.stat
 
 
+def test_auto_hashes_a_tree_whose_manifest_records_have_no_ctime(trees):
+    target, _drafter = trees
+    manifest_path = os.path.join(target, ".gpufleet", "manifest.json")
+    with open(manifest_path) as handle:
+        manifest = json.load(handle)
+    for entry in manifest["files"].values():
+        if entry.get("stat"):
+            entry["stat"].pop("ctime_ns", None)  # as an hf_snapshot before item 9 wrote it
+    _manifest.write_manifest(target, manifest)
+    first = _verify.verify(target, mode="auto")
+    weights = sorted(rel for rel in first["hashed"] if rel.endswith(".safetensors"))
+    assert first["ok"] and first["cached"] == 0 and len(weights) == 4
+    # Hashed once, recorded with ctime: the next auto run hashes no weight file.
+    again = _verify.verify(target, mode="auto")
+    assert again["ok"] and again["cached"] == 4 and not any(rel.endswith(".safetensors") for rel in again["hashed"])
+
+
 # --- the module's own links (item 8 and the hard-link half of item 9) -------------------------------
 
 def test_linking_keeps_the_mode_of_the_served_inode(tmp_path):
