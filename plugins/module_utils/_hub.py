@@ -111,13 +111,18 @@ def hub_http(config: HubHTTPConfig) -> Iterator[None]:
             tls = _tls_failure(exc)
             if tls is None:
                 raise
-            raise HubTLSError("TLS with the Hub failed (%s): %s" % (tls, (
-                "the endpoint's certificate is not signed by ca_path %s: set ca_path to the CA that signed it"
-                % config.ca_path if config.ca_path else
-                "set ca_path to the CA bundle that signed the endpoint's certificate (or validate_certs: false)")
-                if config.validate_certs else "check the endpoint and proxy")) from exc
+            raise HubTLSError("TLS with the Hub failed (%s): %s" % (tls, _tls_advice(tls, config))) from exc
         finally:
             huggingface_hub.set_client_factory(previous)
+
+
+def _tls_advice(failure: str, config: HubHTTPConfig) -> str:
+    if "CERTIFICATE_VERIFY_FAILED" not in failure and "certificate verify failed" not in failure:
+        # not a trust question (e.g. plain http on an https endpoint's port): no CA would help
+        return "check that the endpoint (and the proxy) speak TLS where the URL says https"
+    if config.ca_path:
+        return "the endpoint's certificate is not signed by ca_path %s: set ca_path to the CA that signed it" % config.ca_path
+    return "set ca_path to the CA bundle that signed the endpoint's certificate (or validate_certs: false)"
 
 
 def _tls_failure(exc: BaseException) -> str | None:

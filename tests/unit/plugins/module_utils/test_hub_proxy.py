@@ -282,3 +282,9 @@ def test_validate_certs_false_lists_without_the_ca(tls_hub, lab_hub, tmp_path):
 def test_hub_http_config_repr_hides_the_proxy():
     config = _hub.HubHTTPConfig(proxy="http://user:s3cret@proxy:3128", validate_certs=True, ca_path=None)
     assert "s3cret" not in repr(config)
+
+
+def test_https_to_a_plain_http_port_says_so_not_ca_path(lab_hub, tmp_path):
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        check_mode_run(lab_hub, tmp_path / "d", endpoint=lab_hub.api.replace("http://", "https://"))
+    assert "speak TLS" in err.value.msg and "set ca_path" not in err.value.msg, err.value.msg
