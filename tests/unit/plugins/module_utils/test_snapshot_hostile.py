@@ -9,10 +9,11 @@ be trusted, after ONE listing (no retries), with nothing deleted or written outs
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _paths, _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _paths, _snapshot, _snapshot_plan
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"
 GATED = "gpufleet-lab/Kimi-K2.6-mini-gated"
@@ -170,3 +171,61 @@ def test_check_relative_refuses(path):
 def test_check_relative_accepts_plain_paths():
     assert _paths.check_relative("original/config.json") == ["original", "config.json"]
     assert _paths.check_relative("..hidden/a..b") == ["..hidden", "a..b"]
+
+
+class _Entry(object):
+    """One tree entry as huggingface_hub hands it over (RepoFile's attributes)."""
+
+    def __init__(self, path, size, blob_id, sha256):
+        self.path, self.size, self.blob_id = path, size, blob_id
+        self.lfs = None if sha256 is False else type("Lfs", (), {"sha256": sha256})()
+
+
+class _Api(object):
+    def __init__(self, entries):
+        self.entries = entries
+
+    def list_repo_tree(self, repo_id, revision, repo_type, recursive):  # pylint: disable=unused-argument
+        return iter(self.entries)
+
+
+_PIECES = ["..", ".", "", "/", "\\", "\x00", "a", "b", "x" * 300, "-", "\u00e9", "e" * 40, "f" * 64, "A" * 40, " ", "~"]
+
+
+def _fuzz_value(rng, kind):
+    if rng.random() < 0.5:  # near-valid: right length, one hostile character or piece
+        good = "".join(rng.choice("0123456789abcdef") for dummy in range({"blob": 40, "sha": 64}.get(kind, 8)))
+        if rng.random() < 0.5:
+            return good
+        at = rng.randrange(len(good))
+        return good[:at] + rng.choice(_PIECES) + good[at + 1:]
+    if rng.random() < 0.1:
+        return rng.choice([None, 5, -1, 1.5, True, [], {}])
+    return "".join(rng.choice(_PIECES) for dummy in range(rng.randint(0, 6)))
+
+
+def test_fuzz_listing_ids_and_paths(tmp_path):
+    """5000 random listings (fixed seed): each is refused as untrusted, or every name it yields stays inside."""
+    rng = random.Random(10)
+    root = str(tmp_path / "d")
+    staging = os.path.join(root, ".gpufleet", "staging")
+    os.makedirs(staging)
+    accepted = refused = 0
+    for dummy in range(5000):
+        entries = []
+        for dummy2 in range(rng.randint(1, 4)):
+            path = "config.json" if rng.random() < 0.3 else _fuzz_value(rng, "path")
+            size = rng.choice([0, 7, -3, None, "7", 2 ** 40])
+            entries.append(_Entry(path, size, _fuzz_value(rng, "blob"), rng.choice([False, _fuzz_value(rng, "sha")])))
+        try:
+            files = _hub.list_revision(_Api(entries), TARGET, "c" * 40)
+        except _hub.UntrustedAnswerError:
+            refused += 1
+            continue
+        accepted += 1
+        for remote in files:
+            final = _paths.dest_path(root, remote.path)
+            assert final.startswith(os.path.realpath(root) + os.sep)
+            key = _snapshot_plan.content_key(remote)
+            assert os.path.dirname(os.path.normpath(os.path.join(staging, key))) == staging, key
+    assert accepted > 50 and refused > 1000, (accepted, refused)  # both sides exercised
