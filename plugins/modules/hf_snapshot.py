@@ -47,10 +47,10 @@ description:
     a warning, RV(blocked) and the figures in RV(disk).
   - Every id and path in the endpoint's answers is checked as it arrives - the commit (40 hex digits),
     each file's git blob id (40 hex), LFS sha256 (64 hex), size, and its path (relative, normalized, no
-    C(..), NUL or backslash, each name at most 255 bytes, no path twice or both a file and a folder). Anything else fails at once, before O(dest) is created or touched, with a
-    message naming the repo and the file and saying the endpoint (or something between it and the host)
-    is broken or untrusted; such an answer is never retried. Staging file names are checked to stay
-    inside O(dest) too.
+    C(..), NUL or backslash, each name at most 255 bytes, no path twice or both a file and a folder).
+    Anything else fails at once, before O(dest) is created or touched, with a message naming the repo
+    and the file and saying the endpoint (or something between it and the host) is broken or untrusted;
+    such an answer is never retried. Staging file names are checked to stay inside O(dest) too.
   - Bad options fail at once, before any request, naming the option and the fix (see each option's range).
 author:
   - gpufleet.llm contributors (@gpufleet)
