@@ -91,7 +91,7 @@ def test_check_mode_reports_missing_aria2c_instead_of_failing(lab_hub, tmp_path)
 def test_update_whose_shards_link_fits_where_the_whole_model_does_not(lab_hub, aria2c, tmp_path, monkeypatch):
     v1 = tmp_path / "v1"
     run(lab_hub, v1, revision="v1.0")
-    _, files = lab_hub.files_at(TARGET, "main")
+    files = lab_hub.files_at(TARGET, "main")[1]
     whole = sum(f["size"] for f in files.values())
     changed = files[SHARD3]["size"] + files["config.json"]["size"]
     # free space: the changed files and a little more, far less than the whole model
