@@ -38,9 +38,6 @@ attributes:
   idempotent:
     support: full
     details: Reads only; C(changed) is the job's.
-  action:
-    support: full
-    details: Runs on the controller; reads the job's files on the host with a shell command per poll.
 options:
   jid:
     description: The job id, RV(ansible.builtin.async_status#module:ansible_job_id) of the task started with C(async) and C(poll=0).
