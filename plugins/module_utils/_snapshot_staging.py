@@ -124,7 +124,7 @@ def link_duplicate(first: _snapshot_plan.Item, other: _snapshot_plan.Item, stagi
     decide before they are linked under another name.
     """
     vouched = _manifest.same_stat(first.stat, first.final)
-    if not vouched and not _snapshot_plan.verify_local(first.final, other.remote)[0]:
+    if not vouched and not _snapshot_plan.verify_keeping_stat(first.final, other.remote)[0]:
         raise SnapshotError("%s changed after this run verified it (another writer in %s?); re-run hf_snapshot"
                             % (first.final, dest))
     other.source = (first.final, {"stat": first.stat, "sha256": first.sha256})
