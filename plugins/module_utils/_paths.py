@@ -55,20 +55,23 @@ def check_relative(remote_path: str) -> list[str]:
     return parts
 
 
-def dest_path(dest: str, remote_path: str) -> str:
+def dest_path(dest: str, remote_path: str, *, within: str | None = None) -> str:
     """Return the absolute local path for ``remote_path`` inside ``dest``.
 
     Raises UnsafePathError when :func:`check_relative` refuses the path, or when it resolves
-    (following symlinks that already exist inside ``dest``) to a place outside ``dest``.
+    (following symlinks that already exist inside ``dest``) to a place outside ``within``
+    (default ``dest`` itself; a wider directory holding ``dest``, such as the huggingface_hub cache
+    repo folder whose ``blobs/`` a snapshot links into).
     """
     parts = check_relative(remote_path)
     root = os.path.realpath(dest)
+    bound = os.path.realpath(within) if within else root
     candidate = os.path.join(root, *parts)
     # realpath follows symlinks that exist now; a link inside dest pointing out is caught here.
     resolved = os.path.realpath(candidate)
-    if resolved != root and not resolved.startswith(root + os.sep):
+    if resolved != bound and not resolved.startswith(bound + os.sep):
         raise UnsafePathError(
             "remote path %r resolves to %s, outside %s (through a symlink inside the destination)"
-            % (remote_path, resolved, root)
+            % (remote_path, resolved, bound)
         )
     return candidate

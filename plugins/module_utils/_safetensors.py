@@ -92,7 +92,10 @@ def find_weights(root):
 
 
 def load_index(root):
-    """Parse the index: returns (weight_map {tensor: shard rel path}, total_size or None).
+    """Parse the index: returns (weight_map {tensor: shard rel path}, metadata.total_size or None).
+
+    total_size is returned as the index has it (an integral float as an int): it is advisory, and
+    the total_size check judges it (_verify_steps._check_total_size).
 
     Raises IndexError_ when it is missing, unreadable, not JSON or not shaped like an index.
     """
@@ -115,27 +118,25 @@ def load_index(root):
     total = None
     if isinstance(metadata, dict) and "total_size" in metadata:
         total = metadata["total_size"]
-        # JSON may carry it as a float (1.2e9) or a string; compare as an integer when it is one.
+        # JSON may carry it as a float (1.2e9); compare as an integer when it is one.
         if isinstance(total, float) and total.is_integer():
             total = int(total)
-        if isinstance(total, bool) or not isinstance(total, int):
-            raise IndexError_("%s: metadata.total_size is %r, not a byte count; %s" % (INDEX, total, fix))
     return weight_map, total
 
 
-def resolve_shard(root, rel):
+def resolve_shard(root, rel, *, within=None):
     """Absolute path of a shard named by the index; ShardError if unsafe, missing or not a file.
 
-    A symlink is fine as long as it resolves inside ``root``; one that leads out of the tree is a
-    problem (the server would load bytes nothing here verified or pinned).
+    A symlink is fine as long as it resolves inside ``within`` (default ``root``); one that leads
+    out of it is a problem (the server would load bytes nothing here verified or pinned).
     """
     try:
-        path = dest_path(root, rel)
+        path = dest_path(root, rel, within=within)
     except UnsafePathError as exc:
         plain = os.path.join(root, rel)
         if not os.path.isabs(rel) and ".." not in rel.split("/") and os.path.islink(plain):
             raise ShardError("%s is a symlink to %s, outside %s; replace it with the file itself or %s"
-                             % (rel, os.path.realpath(plain), root, FIX_REFETCH))
+                             % (rel, os.path.realpath(plain), within or root, FIX_REFETCH))
         raise ShardError("%s: unsafe shard name in %s (%s); re-fetch the index" % (rel, INDEX, exc))
     try:
         st = os.stat(path)

@@ -56,6 +56,8 @@ def argument_spec() -> dict:
         revision=dict(type="str"),
         endpoint=dict(type="str"),
         token=dict(type="str", no_log=True),
+        allow_patterns=dict(type="list", elements="str"),
+        ignore_patterns=dict(type="list", elements="str"),
         hash_workers=dict(type="int"),
         allow_stray=dict(type="bool", default=False),
         fail_on_problem=dict(type="bool", default=True),
@@ -129,10 +131,25 @@ def check_params(**params: t.Any) -> list:
     if (opts.revision or opts.endpoint or opts.token) and not opts.repo_id:
         raise ParamError("revision, endpoint and token only apply with repo_id (expected hashes from the Hub); "
                          "set repo_id or drop them")
+    _check_patterns(opts)
     try:
         return _expect.compile_expectations(opts.expect)
     except _expect.ExpectError as exc:
         raise ParamError(str(exc))
+
+
+def _check_patterns(opts: Options) -> None:
+    """allow_patterns/ignore_patterns: non-empty strings, and only with repo_id."""
+    for name in ("allow_patterns", "ignore_patterns"):
+        patterns = getattr(opts, name)
+        if patterns is None:
+            continue
+        if not opts.repo_id:
+            # A manifest lists what hf_snapshot fetched (its patterns applied); only the Hub lists more.
+            raise ParamError("%s selects files of the Hub's listing and only applies with repo_id; set repo_id "
+                             "or drop it" % name)
+        if isinstance(patterns, str) or not all(isinstance(p, str) and p for p in patterns):
+            raise ParamError("%s must be a list of non-empty glob strings (as hf_snapshot's), got %r" % (name, patterns))
 
 
 def verify(path: str, *, check_mode: bool = False, expectations: list | None = None, **params: t.Any) -> dict:
@@ -166,11 +183,12 @@ def verify(path: str, *, check_mode: bool = False, expectations: list | None = N
     _steps.check_strays(report, layout, files, allow_stray=opts.allow_stray)
     parsed, flagged = _steps.check_headers(report, root, layout)
     result.update(_steps.check_tensors(report, layout, parsed))
-    tree = Tree(root=root, path=path, files=files, shard_rels=layout.shard_rels, flagged=frozenset(flagged))
+    tree = Tree(root=root, path=path, files=files, shard_rels=layout.shard_rels, flagged=frozenset(flagged),
+                within=layout.within)
     result.update(check_hashes(
         report, tree, mode=opts.mode, manifest=opts.manifest, repo_id=opts.repo_id, revision=opts.revision,
         endpoint=opts.endpoint, token=opts.token, hash_workers=opts.hash_workers, allow_stray=opts.allow_stray,
-        check_mode=check_mode))
+        check_mode=check_mode, allow_patterns=opts.allow_patterns, ignore_patterns=opts.ignore_patterns))
     if opts.target:
         result.update(_steps.check_drafter(report, config, opts.target))
     return _finish(result, report, start)

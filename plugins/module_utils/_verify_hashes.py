@@ -49,6 +49,7 @@ class Tree:
     files: list  # every file in the tree (_safetensors.walk_files)
     shard_rels: list  # the shards the layout names
     flagged: frozenset  # files an earlier step reported: hashing them again would only repeat the problem
+    within: str | None = None  # where symlinks may lead (_verify_steps.Layout.within); None: inside root
 
 
 @dataclass(frozen=True)
@@ -80,25 +81,33 @@ def expected_from_manifest(manifest_path: str) -> tuple | None:
     return out, data.get("commit")
 
 
-def expected_from_hub(repo_id: str, *, revision: str | None, endpoint: str | None, token) -> tuple:
-    """({rel: Expected}, commit) as the Hub lists ``repo_id`` at ``revision`` now."""
+def expected_from_hub(repo_id: str, *, revision: str | None, endpoint: str | None, token,
+                      allow_patterns=None, ignore_patterns=None) -> tuple:
+    """({rel: Expected}, commit) as the Hub lists ``repo_id`` at ``revision`` now, the files
+    ``allow_patterns``/``ignore_patterns`` select only (hf_snapshot's semantics)."""
     # Imported here: huggingface_hub is needed only with repo_id.
     from ansible_collections.gpufleet.llm.plugins.module_utils import _hub
+    from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_listing import matches_patterns
 
     api = _hub.hf_api(endpoint=endpoint, token=token)
     commit = _hub.resolve_commit(api, repo_id, revision or "main")
     out = {}
     for f in _hub.list_revision(api, repo_id, commit):
-        out[f.path] = Expected(f.size, f.sha256.lower() if f.sha256 else None, f.blob_id, f.lfs, None)
+        if matches_patterns(f.path, allow_patterns, ignore_patterns):
+            out[f.path] = Expected(f.size, f.sha256.lower() if f.sha256 else None, f.blob_id, f.lfs, None)
     return out, commit
 
 
 def load_expected(report: Report, tree: Tree, *, mode: str, manifest: str | None, repo_id: str | None,
-                  revision: str | None, endpoint: str | None, token) -> Source | None:
-    """The expected sizes and hashes; None (and the hashes check reported) when there are none."""
+                  revision: str | None, endpoint: str | None, token, patterns: tuple = (None, None)) -> Source | None:
+    """The expected sizes and hashes; None (and the hashes check reported) when there are none.
+
+    ``patterns``: (allow_patterns, ignore_patterns) that select the Hub's files (repo_id only).
+    """
     if repo_id:
         try:
-            expected, commit = expected_from_hub(repo_id, revision=revision, endpoint=endpoint, token=token)
+            expected, commit = expected_from_hub(repo_id, revision=revision, endpoint=endpoint, token=token,
+                                                 allow_patterns=patterns[0], ignore_patterns=patterns[1])
         except Exception as exc:  # pylint: disable=broad-except
             # huggingface_hub raises its own errors, httpx's and OSError; each is one line here.
             report.add("hashes", ["could not list %s at %s from %s (%s: %s); check repo_id, revision, endpoint and "
@@ -166,7 +175,7 @@ class HashRun(object):
     def _plan_file(self, rel: str, exp: Expected) -> None:
         label = self.source.label
         try:
-            abs_path = dest_path(self.tree.root, rel)
+            abs_path = dest_path(self.tree.root, rel, within=self.tree.within)
         except UnsafePathError as exc:
             self.problems.append("%s (listed in %s) is unsafe here: %s; replace a symlink leading out of the tree "
                                  "with the file itself, or re-fetch" % (rel, label, exc))
@@ -272,14 +281,17 @@ class HashRun(object):
 
 def check_hashes(report: Report, tree: Tree, *, mode: str, manifest: str | None = None, repo_id: str | None = None,
                  revision: str | None = None, endpoint: str | None = None, token=None, hash_workers: int | None = None,
-                 allow_stray: bool = False, check_mode: bool = False) -> dict:
+                 allow_stray: bool = False, check_mode: bool = False, allow_patterns=None,
+                 ignore_patterns=None) -> dict:
     """The hashes step: every listed file's size, and its hash as ``mode`` says.
+
+    ``allow_patterns``/``ignore_patterns`` select which of the Hub's files (with ``repo_id``) are expected.
 
     Returns the result fields it knows (``expected_from``, ``commit``, ``hashed``, ``bytes_hashed``,
     ``cached``, ``files_checked``); none when there are no expected hashes.
     """
     source = load_expected(report, tree, mode=mode, manifest=manifest, repo_id=repo_id, revision=revision,
-                           endpoint=endpoint, token=token)
+                           endpoint=endpoint, token=token, patterns=(allow_patterns, ignore_patterns))
     if source is None:
         return {}
     statcache = _read_statcache(report, tree.root) if mode != "quick" else {}

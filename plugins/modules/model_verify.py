@@ -110,6 +110,21 @@ options:
   token:
     description: Hub token for O(repo_id). Default the host's token (C(HF_TOKEN) or the token file).
     type: str
+  allow_patterns:
+    description:
+      - With O(repo_id), only the Hub's files that match one of these globs are expected (the same semantics as
+        C(hf_snapshot)'s option of this name and huggingface_hub's; a trailing C(/) means the folder). Give the
+        patterns the tree was fetched with, so files it left out on purpose are not reported missing.
+      - Only with O(repo_id); a manifest already lists just what C(hf_snapshot) fetched.
+    type: list
+    elements: str
+  ignore_patterns:
+    description:
+      - With O(repo_id), the Hub's files that match one of these globs are not expected (as C(hf_snapshot)'s
+        option of this name).
+      - Only with O(repo_id).
+    type: list
+    elements: str
   hash_workers:
     description: Files hashed in parallel. Default the number of cores available to the process.
     type: int
@@ -163,6 +178,13 @@ EXAMPLES = r"""
     token: "{{ hf_token }}"
     fail_on_problem: false
   register: audit
+
+- name: Audit a huggingface_hub cache snapshot fetched without the original weights and the README
+  gpufleet.llm.model_verify:
+    path: /data/hf-cache/models--moonshotai--Kimi-K2.6/snapshots/3f2a9c...
+    repo_id: moonshotai/Kimi-K2.6
+    revision: 3f2a9c...
+    ignore_patterns: ["original/*", "*.md"]
 
 - name: Show what is wrong
   ansible.builtin.debug:

@@ -196,7 +196,6 @@ MATRIX = [
     ("two same-size shards swapped", swapped_shards, "target", {}, ALL, [S2, S3, "are in"]),
     ("tensor missing from its shard", tensor_missing_from_shard, "target", {}, ALL, [S2, "not in its header"]),
     ("tensor mapped to the wrong shard", tensor_wrong_shard, "target", {}, ALL, [S2, "are in " + S1 + " instead"]),
-    ("total_size off by one", total_size_off_by_one, "target", {}, ALL, [INDEX, "total_size", "off by +1"]),
     ("stale .aria2", stale_aria2, "target", {}, ALL, [S2 + ".aria2", "aria2 control file"]),
     ("hf .incomplete", hf_incomplete, "target", {}, ALL, [S3 + ".incomplete", "huggingface_hub"]),
     ("config expectation mismatch", None, "target", {"expect": {"text_config.num_hidden_layers": 60}}, ALL,
@@ -365,7 +364,7 @@ def test_every_problem_listed_not_only_the_first(trees):
     target, drafter = trees
     missing_shard(target, drafter, None)
     stale_aria2(target, drafter, None)
-    total_size_off_by_one(target, drafter, None)
+    total_size_off_by_one(target, drafter, None)  # the index's bytes change: its hash names it
     res = _verify.verify(target, mode="quick", expect={"model_type": "deepseek_v3"})
     msg = _verify.failure_message(res)
     for needle in (S2 + " is missing", ".aria2", "model_type == \"deepseek_v3\"", INDEX):

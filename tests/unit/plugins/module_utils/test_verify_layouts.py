@@ -11,8 +11,6 @@ nothing mocked.
 """
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import json
 import os
 import re
@@ -124,22 +122,8 @@ def test_step_strays_judges_by_what_sglang_loads():
 #
 # snapshot_download (huggingface_hub's own) against the lab Hub builds the real thing:
 # <cache>/models--org--name/{blobs/<hash>, snapshots/<commit>/<path> -> ../../blobs/<hash>, refs/main}.
-# Links may resolve inside that repo folder (Layout.within), never outside it. The shard and hash
-# steps honour Layout.within through _paths.dest_path(..., within=...): until that lands in _paths,
-# _safetensors and _verify_hashes (other owners), the end-to-end cases are expected to fail.
-
-def _has_kwarg(func, name):
-    return name in inspect.signature(func).parameters
-
-
-WITHIN_READY = (_has_kwarg(_paths.dest_path, "within") and _has_kwarg(_safetensors.resolve_shard, "within")
-                and "within" in {f.name for f in dataclasses.fields(_verify_hashes.Tree)})
-PATTERNS_READY = "allow_patterns" in _verify.argument_spec() and _has_kwarg(_verify_hashes.check_hashes,
-                                                                            "allow_patterns")
-NEEDS_WITHIN = pytest.mark.xfail(not WITHIN_READY, strict=True, reason="needs dest_path/resolve_shard/Tree 'within' "
-                                 "(_paths, _safetensors, _verify_hashes: see issue 10 item 14a)")
-NEEDS_PATTERNS = pytest.mark.xfail(not PATTERNS_READY, strict=True, reason="needs check_hashes allow/ignore_patterns "
-                                   "(_verify_hashes: see issue 10 item 14b)")
+# Links may resolve inside that repo folder (Layout.within), never outside it: the shard and hash
+# steps honour it through _paths.dest_path(..., within=...).
 
 
 def _cache_snapshot(lab_hub, tmp_path, **kwargs):
@@ -177,7 +161,6 @@ def test_layout_step_of_a_real_cache_snapshot(lab_hub, tmp_path):
     assert plain.within is None
 
 
-@NEEDS_WITHIN
 @pytest.mark.parametrize("mode", ["quick", "full", "auto"])
 def test_real_cache_snapshot_verifies(lab_hub, tmp_path, mode):
     path = _cache_snapshot(lab_hub, tmp_path)
@@ -209,7 +192,6 @@ def test_cache_snapshot_link_leading_out_of_the_repo_folder_is_refused(lab_hub, 
 
 # --- item 14 (b): repo_id mode takes hf_snapshot's allow/ignore patterns --------------------------------
 
-@NEEDS_PATTERNS
 def test_repo_id_mode_with_the_patterns_of_the_fetch(lab_hub, tmp_path):
     from huggingface_hub import snapshot_download  # pylint: disable=import-outside-toplevel
 
@@ -228,7 +210,6 @@ def test_repo_id_mode_with_the_patterns_of_the_fetch(lab_hub, tmp_path):
     assert res["ok"] and res["files_checked"] == 0
 
 
-@NEEDS_PATTERNS
 @pytest.mark.parametrize("params,needle", [
     ({"allow_patterns": ["*.json"]}, "allow_patterns selects files of the Hub's listing and only applies with repo_id"),
     ({"ignore_patterns": ["*.md"], "manifest": "/x"}, "ignore_patterns selects files"),
@@ -281,3 +262,47 @@ def test_docs_state_the_read_sizes_and_quick_hashing_the_code_uses():
     assert "`tiktoken.model`: size only" in text
     for suffix in _verify_hashes.WEIGHT_SUFFIXES:
         assert "`%s`" % suffix in text, suffix
+
+
+# --- item 14 (d): metadata.total_size is advisory --------------------------------------------------------
+
+def _set_total(root, value):
+    path = os.path.join(root, "model.safetensors.index.json")
+    with open(path) as handle:
+        index = json.load(handle)
+    real = index["metadata"]["total_size"]
+    index["metadata"]["total_size"] = value(real) if callable(value) else value
+    with open(path, "w") as handle:
+        json.dump(index, handle)
+    return real
+
+
+@pytest.mark.parametrize("value,needle", [
+    (lambda real: real + 1, "off by +1"),
+    (lambda real: real - 0.875 * 8, "off by -7"),  # transformers' old dtype_byte_size: a bool element = 1/8 byte
+    (lambda real: real + 0.5, "off by +0.5"),
+    (lambda real: real * 2, "off by +"),  # huggingface_hub counts a view's whole storage
+    ("12", "not a number"),
+])
+def test_total_size_that_disagrees_is_a_notice(trees, value, needle):
+    target, _drafter = trees
+    _set_total(target, value)
+    # No manifest: the index's own bytes changed, which the hashes step would (rightly) report.
+    res = _verify.verify(target, mode="quick", manifest=os.path.join(target, "no-manifest.json"))
+    assert res["ok"], res["problems"]
+    check = [c for c in res["checks"] if c["name"] == "total_size"][0]
+    assert check["status"] == "warn" and needle in check["detail"], check
+    assert [c["status"] for c in res["checks"] if c["name"] in ("index", "tensors")] == ["ok", "ok"]
+
+
+def test_a_wrong_index_is_still_caught_by_the_tensors_check(trees):
+    target, _drafter = trees
+    path = os.path.join(target, "model.safetensors.index.json")
+    with open(path) as handle:
+        index = json.load(handle)
+    name = sorted(index["weight_map"])[0]
+    index["weight_map"][name + ".renamed"] = index["weight_map"].pop(name)
+    with open(path, "w") as handle:
+        json.dump(index, handle)
+    res = _verify.verify(target, mode="quick", manifest=os.path.join(target, ".gpufleet", "none.json"))
+    assert not res["ok"] and any("renamed" in p for p in res["problems"]), res["problems"]
