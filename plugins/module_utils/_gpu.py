@@ -26,12 +26,12 @@ server holds most of it, and the restart this check gates frees it first.
 from __future__ import annotations
 
 import csv
-import json
 import os
 import shutil
 import subprocess
 from typing import Any, Callable
 
+from ansible_collections.gpufleet.llm.plugins.module_utils import _jsonfile
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 # From _paths, which needs only the standard library: importing _safetensors would load numpy and
 # safetensors, which gpu_info never uses.
@@ -162,9 +162,9 @@ def model_size(path):
     index = os.path.join(path, INDEX)
     if os.path.isfile(index):
         try:
-            with open(index, "rb") as handle:
-                total = json.load(handle).get("metadata", {}).get("total_size")
-        except (OSError, ValueError, AttributeError) as exc:
+            data = _jsonfile.read_json_file(index)
+            total = data.get("metadata", {}).get("total_size")
+        except (_jsonfile.JsonFileError, AttributeError) as exc:
             raise ModelSizeError("%s: %s does not parse (%s); run model_verify on it" % (path, INDEX, exc))
         if isinstance(total, int) and not isinstance(total, bool) and total > 0:
             return total, "index total_size"

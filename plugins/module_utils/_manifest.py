@@ -35,6 +35,8 @@ import os
 import tempfile
 import time
 
+from ansible_collections.gpufleet.llm.plugins.module_utils import _jsonfile
+
 META_DIR = ".gpufleet"
 MANIFEST = "manifest.json"
 STATCACHE = "statcache.json"
@@ -127,12 +129,12 @@ def read_json(path: str, kind: str) -> dict | None:
     Raises ManifestError when it cannot be read, is not JSON or is not one of ours.
     """
     try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise ManifestError("%s %s cannot be read: %s" % (kind, path, exc))
+        data = _jsonfile.read_json_file(path)
+    except _jsonfile.JsonFileError as exc:
+        if exc.missing:
+            return None
+        # A FIFO or a link to /dev/zero under a custom path must not hang or fill memory.
+        raise ManifestError("%s %s cannot be read: it %s" % (kind, path, exc))
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ManifestError("%s %s is not a gpufleet.llm format-%d file" % (kind, path, FORMAT))
     return data

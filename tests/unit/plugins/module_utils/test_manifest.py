@@ -33,6 +33,20 @@ def test_missing_manifest_is_none_and_foreign_file_is_an_error(tmp_path):
         m.read_manifest(str(tmp_path))
 
 
+def test_manifest_that_is_a_fifo_or_a_device_fails_at_once(tmp_path):
+    """Read through the one capped reader (_jsonfile): a FIFO would block open() for ever, a link to
+    /dev/zero would read without end."""
+    meta = tmp_path / ".gpufleet"
+    meta.mkdir()
+    os.mkfifo(meta / "manifest.json")
+    with pytest.raises(m.ManifestError, match="cannot be read: it is a FIFO"):
+        m.read_manifest(str(tmp_path))
+    (meta / "manifest.json").unlink()
+    (meta / "manifest.json").symlink_to("/dev/zero")
+    with pytest.raises(m.ManifestError, match="character device"):
+        m.read_manifest(str(tmp_path))
+
+
 def test_stat_record_notices_touch_rewrite_and_replace(tmp_path):
     f = tmp_path / "shard"
     f.write_bytes(b"x" * 10)
