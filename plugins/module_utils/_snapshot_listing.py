@@ -93,6 +93,9 @@ def _retryable(exc: Exception, settings: Any, *, token: str | None, use_token: b
         if status is not None and status not in _RETRY_STATUSES and status < 500:
             raise SnapshotError("listing %s@%s failed: %s" % (settings.repo_id, settings.revision, last))
         return last
+    if isinstance(exc, _hub.HubTLSError):
+        # A refused certificate is the same on every try: fail now, with the option that fixes it.
+        raise SnapshotError("listing %s on %s failed: %s" % (settings.repo_id, where, exc))
     if isinstance(exc, (OSError, ValueError)):
         return short(exc)
     if type(exc).__module__.split(".", maxsplit=1)[0] in _TRANSPORT_MODULES:

@@ -57,7 +57,7 @@ def argument_spec() -> dict[str, dict[str, Any]]:
         link_from=dict(type="list", elements="path"),
         prune_partials=dict(type="bool", default=False),
         min_free_bytes=dict(type="int", default=1073741824),
-        proxy=dict(type="str"),
+        proxy=dict(type="str", no_log=True),  # may carry user:password
         validate_certs=dict(type="bool", default=True),
         ca_path=dict(type="path"),
         aria2c=dict(type="path"),

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hashing, _hub, _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hashing, _hub, _manifest, _paths
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_plan, _snapshot_staging
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError, backoff
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_progress import PROGRESS_INTERVAL
@@ -205,7 +205,9 @@ class Transfer(object):
         return failed
 
     def staged(self, item: _snapshot_plan.Item) -> str:
-        return os.path.join(self.staging, item.key)
+        # Keys are checked where the listing enters (_hub); containment here too, as everywhere a
+        # path is built from remote data.
+        return _paths.dest_path(self.staging, item.key)
 
     def placed(self, item: _snapshot_plan.Item) -> None:
         """``item``'s verified staging file goes to its final path; it is done."""

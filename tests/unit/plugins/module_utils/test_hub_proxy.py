@@ -188,6 +188,7 @@ class TLSFront(object):
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = "https://127.0.0.1:%d" % self.sock.getsockname()[1]
         self.handshakes = 0
+        self.accepted = 0  # counted before the server's first byte, so before any client can fail
         self.thread = threading.Thread(target=self._accept, daemon=True)
         self.thread.start()
 
@@ -197,6 +198,7 @@ class TLSFront(object):
                 raw, dummy = self.sock.accept()
             except OSError:
                 return
+            self.accepted += 1
             threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
 
     def _serve(self, raw):
@@ -271,6 +273,15 @@ def test_listing_refuses_a_certificate_not_signed_by_ca_path(tls_hub, lab_hub, t
     with pytest.raises(_snapshot.SnapshotError) as err:
         check_mode_run(lab_hub, tmp_path / "e", endpoint=front.url)
     assert "ca_path" in err.value.msg, err.value.msg
+
+
+def test_a_refused_certificate_is_not_retried(tls_hub, lab_hub, tmp_path):
+    """The same certificate is refused on every try: one connection, then the message, no backoff."""
+    front, dummy, other = tls_hub
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        check_mode_run(lab_hub, tmp_path / "d", endpoint=front.url, ca_path=other, max_tries=4, retry_wait=30)
+    assert "ca_path" in err.value.msg, err.value.msg
+    assert front.accepted == 1 and front.handshakes == 0
 
 
 def test_validate_certs_false_lists_without_the_ca(tls_hub, lab_hub, tmp_path):
