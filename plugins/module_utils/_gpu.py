@@ -149,16 +149,23 @@ def query(nvidia_smi=None, require_gpu=True):
     return parse_query(out), exe, []
 
 
+# An index's total_size above this is nonsense (2**50 B = 1 PiB of weights), not a size to reason with.
+_MAX_SANE_TOTAL = 1 << 50
+
+
 def model_size(path):
     """(bytes, source) of one model directory's weights.
 
-    The index's ``metadata.total_size`` is the tensor bytes a loader puts on the GPUs; without an
-    index, the sizes of the ``*.safetensors`` files on disk (headers included: a few KB more).
+    The larger of the index's ``metadata.total_size`` (the tensor bytes a loader places) and the
+    sizes of the ``*.safetensors`` files on disk (headers included: a few KB more). model_verify
+    ties the index's weight_map to the shards but treats total_size as advisory (converters
+    disagree about it), so a total_size that is too small must not make a model "fit".
     ``os.stat`` sizes are apparent sizes, so a sparse test tree counts at its full size.
     """
     if not os.path.isdir(path):
         raise ModelSizeError("%s: not a directory; pass the model directory (the commit directory the model "
                              "role fetched into)" % path)
+    index_total = None
     index = os.path.join(path, INDEX)
     if os.path.isfile(index):
         try:
@@ -166,19 +173,21 @@ def model_size(path):
             total = data.get("metadata", {}).get("total_size")
         except (_jsonfile.JsonFileError, AttributeError) as exc:
             raise ModelSizeError("%s: %s does not parse (%s); run model_verify on it" % (path, INDEX, exc))
-        if isinstance(total, int) and not isinstance(total, bool) and total > 0:
-            return total, "index total_size"
-    total = 0
+        if isinstance(total, int) and not isinstance(total, bool) and 0 < total <= _MAX_SANE_TOTAL:
+            index_total = total
+    on_disk = 0
     found = 0
     for name in sorted(os.listdir(path)):
         full = os.path.join(path, name)
         if name.endswith(".safetensors") and os.path.isfile(full):
-            total += os.stat(full).st_size
+            on_disk += os.stat(full).st_size
             found += 1
+    if index_total is not None and index_total >= on_disk:
+        return index_total, "index total_size"
     if not found:
         raise ModelSizeError("%s: no *.safetensors files and no %s with metadata.total_size; is this the model "
                              "directory?" % (path, INDEX))
-    return total, "%d safetensors file(s) on disk" % found
+    return on_disk, "%d safetensors file(s) on disk" % found
 
 
 def _gib(nbytes):

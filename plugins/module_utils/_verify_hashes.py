@@ -76,8 +76,9 @@ def expected_from_manifest(manifest_path: str) -> tuple | None:
         if not isinstance(entry, dict) or isinstance(entry.get("size"), bool) or not isinstance(entry.get("size"), int):
             raise _manifest.ManifestError("manifest %s: entry for %r has no integer size" % (manifest_path, rel))
         sha = entry.get("sha256")
+        hub = entry.get("hub_id")
         out[rel] = Expected(entry["size"], sha.lower() if isinstance(sha, str) else None,
-                            entry.get("hub_id"), entry.get("lfs"), entry.get("stat"))
+                            hub if isinstance(hub, str) else None, entry.get("lfs"), entry.get("stat"))
     return out, data.get("commit")
 
 

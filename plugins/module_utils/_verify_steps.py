@@ -303,13 +303,16 @@ def _check_total_size(report: Report, layout: Layout, *, all_parsed: bool, data_
                                            "cross-checked" % _st.INDEX])
     elif isinstance(total_size, bool) or not isinstance(total_size, (int, float)):
         report.add("total_size", warnings=["%s: metadata.total_size is %s, not a number; no loader reads it"
-                                           % (_st.INDEX, repr(total_size)[:60])])
+                                           % (_st.INDEX, _dflash.short_repr(total_size))])
     elif total_size != data_bytes:
+        # short_repr, not %g: an integer of hundreds of digits does not fit a float (%g would raise).
+        diff = total_size - data_bytes
+        off = ("+" if diff > 0 else "") + _dflash.short_repr(diff)
         report.add("total_size", warnings=["%s: metadata.total_size is %s but the shards' tensors sum to %d bytes "
-                                           "(off by %+g); no loader reads it and the weight_map matched the headers "
+                                           "(off by %s); no loader reads it and the weight_map matched the headers "
                                            "(tensors check), so this is a notice: older converters count storage "
-                                           "or bool elements differently" % (_st.INDEX, repr(total_size)[:60],
-                                                                             data_bytes, total_size - data_bytes)])
+                                           "or bool elements differently" % (_st.INDEX, _dflash.short_repr(total_size),
+                                                                             data_bytes, off)])
     else:
         report.add("total_size", detail="metadata.total_size = %d = sum of tensor bytes" % total_size)
 

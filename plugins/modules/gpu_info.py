@@ -19,8 +19,9 @@ description:
     O(nnodes) hosts: C(weights / tp_size + drafter + total x headroom_fraction <= total x mem_fraction_static)
     on each of the first C(tp_size / nnodes) GPUs, and fails naming each GPU with the needed and available
     bytes when not."
-  - Model sizes come from C(model.safetensors.index.json) C(metadata.total_size), or the sizes of the
-    C(*.safetensors) files on disk when there is no index.
+  - A model's size is the larger of C(model.safetensors.index.json) C(metadata.total_size) and the sizes of the
+    C(*.safetensors) files on disk, so an index that understates its weights (model_verify treats total_size as
+    advisory) cannot make a model fit.
   - The fit uses each GPU's total memory, not its free memory, because a server already running on the GPUs
     holds most of it and the restart being gated frees it first.
   - Reads only; never reports a change.

@@ -15,14 +15,15 @@ description:
   - Checks one model directory on the remote host before a server loads it, and never modifies the model files.
   - "C(config.json) parses and every O(expect) holds; the weights index (C(model.safetensors.index.json)) or the
     single C(model.safetensors) parses, its C(weight_map) is non-empty, every shard it names exists as a regular
-    file inside O(path) (a symlink leading out of the tree is a problem); no C(.safetensors) file the index does not
+    file inside O(path) (a symlink leading out of the tree is a problem; in a huggingface_hub cache snapshot, out of
+    its repo folder); no C(.safetensors) file the index does not
     reference and no partial downloads (C(.aria2), C(.incomplete), C(.part), ...). Unreferenced weights SGLang never
     loads are notices: C(consolidated*.safetensors) beside the index, C(consolidated.safetensors) beside a lone
     C(model.safetensors), and any C(.safetensors) file in a subdirectory such as C(original/)."
   - "Every shard's header parses with the safetensors library and the file size is exactly 8 + header length +
     data length (truncated files and trailing bytes both fail; zero-byte files fail); every tensor of the
     C(weight_map) is in the header of the shard it maps to and every header tensor is in the C(weight_map);
-    C(metadata.total_size) equals the sum of tensor bytes."
+    C(metadata.total_size) is compared with the sum of tensor bytes (a difference is a notice: no loader reads it)."
   - "File sizes and sha256 against the manifest C(hf_snapshot) wrote, or against the Hub listing of O(repo_id) at
     O(revision) for a tree placed by another tool (non-LFS files by their git blob id). Small files (every file
     that is not LFS: config, tokenizer config, C(dflash.py) and other custom code run with C(trust_remote_code))

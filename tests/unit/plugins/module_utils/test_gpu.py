@@ -72,6 +72,17 @@ def test_query_driver_failure_and_no_devices(tmp_path):
     assert gpus == [] and exe == none and "no GPU" in notices[0]
 
 
+def test_model_size_never_below_the_shards_on_disk(tmp_path):
+    """model_verify treats total_size as advisory, so an index that says a tenth of the real bytes
+    (or 10**400) must not make a model fit: the shards on disk are the floor."""
+    small = gf.make_model(str(tmp_path / "small"), total_size=gf.DFLASH_BYTES // 10, shard_sizes=[gf.DFLASH_BYTES])
+    assert _gpu.model_size(small) == (gf.DFLASH_BYTES, "1 safetensors file(s) on disk")
+    huge = gf.make_model(str(tmp_path / "huge"), shard_sizes=[10])
+    with open(os.path.join(huge, _gpu.INDEX), "w") as handle:
+        handle.write('{"metadata": {"total_size": 1%s}, "weight_map": {}}' % ("0" * 400))
+    assert _gpu.model_size(huge) == (10, "1 safetensors file(s) on disk")
+
+
 def test_model_size_index_and_shards(tmp_path):
     assert _gpu.model_size(gf.make_model(str(tmp_path / "t"), total_size=gf.KIMI_BYTES)) == (
         gf.KIMI_BYTES, "index total_size")

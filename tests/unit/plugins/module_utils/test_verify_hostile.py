@@ -74,6 +74,36 @@ def test_data_offsets_overflow(trees):
     _report_survives(res)
 
 
+@pytest.mark.parametrize("total", ["1" + "0" * 400, "1e400", "-1e400"])
+def test_index_total_size_beyond_floats_is_a_notice(trees, total):
+    """An integer of 401 digits parses (below Python's 4300-digit limit) but does not fit a float:
+    formatting its difference with %g raised OverflowError and lost the report."""
+    target, _drafter = trees
+    with open(os.path.join(target, INDEX)) as handle:
+        index = json.load(handle)
+    text = json.dumps(index).replace(json.dumps(index["metadata"]["total_size"]), total, 1)
+    with open(os.path.join(target, INDEX), "w") as handle:
+        handle.write(text)
+    res = _verify.verify(target, mode="quick")
+    notices = [w for w in res["notices"] if "metadata.total_size" in w]
+    assert len(notices) == 1 and len(notices[0]) < 600, res["notices"]
+    _report_survives(res)
+
+
+def test_manifest_hub_id_not_a_string(trees):
+    """A custom manifest whose hub_id is a number: the id is unusable, never an AttributeError."""
+    target, _drafter = trees
+    manifest = os.path.join(target, ".gpufleet", "manifest.json")
+    os.makedirs(os.path.dirname(manifest), exist_ok=True)
+    files = {"config.json": {"size": os.path.getsize(os.path.join(target, "config.json")), "sha256": None,
+                             "hub_id": 5, "lfs": False}}
+    with open(manifest, "w") as handle:
+        json.dump({"format": 1, "commit": "0" * 40, "files": files}, handle)
+    res = _verify.verify(target, mode="quick", manifest=manifest)
+    json.dumps(res)
+    assert any("config.json" in w and "no hash" in w for w in res["notices"]), res
+
+
 def _safetensors_header(path):
     with open(path, "rb") as handle:
         n = int.from_bytes(handle.read(8), "little")
@@ -220,7 +250,8 @@ def test_reader_unit(tmp_path):
 
 FUZZ_CASES = 2000
 HOSTILE_VALUES = [1e400, -1e400, float("nan"), 10 ** 30, -1, 0, True, None, "", "x" * 300, [], {}, [[[[[]]]]],
-                  {"a": {"b": {"c": {}}}}, [1, "2", None], "1e400", "../../etc/passwd", 2 ** 64]
+                  {"a": {"b": {"c": {}}}}, [1, "2", None], "1e400", "../../etc/passwd", 2 ** 64,
+                  10 ** 400]
 HOSTILE_TEXT = [b"1e400", b"NaN", b"-Infinity", b"[" * 300, b"{\"a\":", b"\"", b"\\u0000", b"\xff\xfe",
                 b"99999999999999999999999", b"true", b"null", b",", b"}", b"]", b"\x00" * 8]
 
