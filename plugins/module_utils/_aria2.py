@@ -65,8 +65,7 @@ EXIT_CODES = {
 # gids are 16 hex digits; the results table shows only the first 6, so those carry the index.
 GID_WIDTH = 6
 
-# auth: aria2 sends the run's ``header`` (the endpoint's Authorization) with this file's requests only.
-Aria2File = collections.namedtuple("Aria2File", ["key", "url", "dir", "out", "sha256", "size", "auth"], defaults=(False,))
+Aria2File = collections.namedtuple("Aria2File", ["key", "url", "dir", "out", "sha256", "size"])
 # status: "OK", "ERR", "INPR" (still running when aria2 stopped), "RM" or "missing" (not in the table)
 FileOutcome = collections.namedtuple("FileOutcome", ["status", "code", "message", "http_status"])
 RunResult = collections.namedtuple("RunResult", ["returncode", "meaning", "outcomes", "retry_after", "stdout_tail"])
@@ -105,22 +104,16 @@ def gid_for(index):
     return ("%0*x" % (GID_WIDTH, index + 1)).ljust(16, "0")
 
 
-def render_input(files: Sequence[Aria2File], proxy: str | None = None, header: str | None = None) -> str:
+def render_input(files, proxy=None):
     """The input-file text for ``files`` (Aria2File list); gid i+1 for files[i].
 
-    A proxy goes here per file rather than on argv: its URL may carry credentials. So does
-    ``header`` (e.g. ``Authorization: Bearer ...``), for the files marked ``auth`` only: the input
-    file is 0600, and aria2 writes "Authorization: <snip>" in its log, never the value.
+    A proxy goes here per file rather than on argv: its URL may carry credentials.
     """
-    if header is not None and ("\n" in header or "\r" in header):
-        raise ValueError("newline in a header cannot go into an aria2 input file")
     lines = []
     for index, item in enumerate(files):
         for bad in ("\n", "\r"):
             if bad in item.url or bad in item.out or bad in item.dir:
                 raise ValueError("newline in a URL or path cannot go into an aria2 input file: %r" % item.out)
-        if item.auth and not header:
-            raise ValueError("%s needs the endpoint's Authorization header and none was given" % item.out)
         lines.append(item.url)
         lines.append("  dir=%s" % item.dir)
         lines.append("  out=%s" % item.out)
@@ -129,8 +122,6 @@ def render_input(files: Sequence[Aria2File], proxy: str | None = None, header: s
             lines.append("  checksum=sha-256=%s" % item.sha256)
         if proxy:
             lines.append("  all-proxy=%s" % proxy)
-        if item.auth:
-            lines.append("  header=%s" % header)
     return "\n".join(lines) + "\n"
 
 
@@ -355,14 +346,13 @@ def _outcomes(files: Sequence[Aria2File], returncode: int, stdout: str, log_text
 
 def run(files: Sequence[Aria2File], workdir: str, settings: Aria2Settings, *, tick: Callable[[], Any] | None = None,
         tick_interval: float = 2.0, on_complete: Callable[[str], None] | None = None,
-        poll_interval: float = 0.1, header: str | None = None) -> RunResult:
+        poll_interval: float = 0.1) -> RunResult:
     """Fetch ``files`` (Aria2File) with one aria2c; returns RunResult with an outcome per file key.
 
     ``workdir`` (ours, mode 0700) holds the input file, aria2's stdout and log, all removed before
     returning. ``tick()`` is called every ``tick_interval`` s while aria2 runs (progress);
     ``on_complete(key)`` as soon as aria2's log says a file finished (every ``poll_interval`` s), so
-    the caller can hash it while the others still download. ``header`` goes (in the input file)
-    with the files marked ``auth``.
+    the caller can hash it while the others still download.
     """
     os.makedirs(workdir, mode=0o700, exist_ok=True)
     input_file = os.path.join(workdir, "aria2-input.txt")
@@ -371,7 +361,7 @@ def run(files: Sequence[Aria2File], workdir: str, settings: Aria2Settings, *, ti
     for leftover in (log_file, out_file):
         if os.path.exists(leftover):
             os.unlink(leftover)
-    write_input(input_file, render_input(files, proxy=settings.proxy, header=header))
+    write_input(input_file, render_input(files, proxy=settings.proxy))
     argv = build_argv(settings.aria2c, input_file, log_file, **settings.tuning())
     try:
         proc = _start(argv, out_file)

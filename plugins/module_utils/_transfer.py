@@ -20,9 +20,6 @@ A source is any object with
   SnapshotError for what no retry can fix;
 - ``download(url, out_path)``: fetch a URL the source marked ``direct`` (bytes the source's own
   endpoint serves, with its credentials), raising SourceError;
-- optionally ``aria2_header() -> str | None``: the header (``Authorization: ...``) that lets aria2
-  fetch the ``direct`` URLs itself, in parallel and with progress; the header goes only into
-  aria2's 0600 input file, only for those files. Without it, ``download`` fetches them in-process.
 
 ``HubSource`` is the Hub's ``/resolve/`` endpoint. Each file is hashed once, here, in a thread pool,
 as soon as aria2's log says it is complete, while the other files still download.
@@ -82,8 +79,8 @@ class HubSource(object):
 
     aria2 gets the (signed) URL the endpoint redirects to, never the token with it. A file the
     endpoint serves itself to a token holder (no redirect: small files of gated repos) is ``direct``:
-    aria2 fetches it too, with the token as a header in its 0600 input file for that file alone
-    (``aria2_header``); the token thus goes only to the endpoint, which already has it.
+    fetched here, without following redirects, so the token goes only to the endpoint (aria2 would
+    resend an Authorization header to wherever a redirect of its GET points).
     """
 
     def __init__(self, *, endpoint: str, repo_id: str, repo_type: str, commit: str, token: str | None,
@@ -147,11 +144,6 @@ class HubSource(object):
                                     % (item.remote.path, item.remote.sha256, url.sha256))
             out.append((item, Resolution(url.url, direct=url.direct and self.send_token, expires=url.expires)))
         return out
-
-    def aria2_header(self) -> str | None:
-        """The endpoint's Authorization for aria2's input file, for the ``direct`` URLs only (they are
-        the endpoint's own: resolve_file saw no redirect, so the token goes where it already went)."""
-        return "Authorization: Bearer %s" % self.token if self.token and self.send_token else None
 
     def download(self, url: str, out_path: str) -> None:
         try:
@@ -269,7 +261,6 @@ class _Round(object):
         self.batch: dict[str, _snapshot_plan.Item] = {}
         self.hashes: dict[str, Any] = {}
         self.pool: ThreadPoolExecutor | None = None
-        self.header: str | None = None
         self.expires: dict[str, float | None] = {}
 
     def run(self) -> float:
@@ -282,19 +273,18 @@ class _Round(object):
         mark = time.monotonic()
         resolved = self.t.source.resolve(chunk)
         self.t.timings.took("resolve", mark)
-        # asked after the resolve: a gated repo's first refusal is what turns the token on
-        header_for = getattr(self.t.source, "aria2_header", None)
-        self.header = header_for() if header_for is not None else None
         batch = []
         direct = []
         for item, res in resolved:
             self.expires[item.key] = res.expires
             if res.url is None:
                 self._failed(item, res.error, res.retry_after)
-            elif res.direct and self.header is None:
+            elif res.direct:
+                # The endpoint serves these bytes itself, with the token: never through aria2, which
+                # would resend the Authorization header to wherever a redirect of the GET points.
                 direct.append((item, res.url))
             else:
-                batch.append((item, res.url, res.direct))
+                batch.append((item, res.url))
         for item, url in direct:
             self._direct(item, url)
         if batch:
@@ -327,22 +317,20 @@ class _Round(object):
             return
         self.hashes[key] = self.pool.submit(_snapshot_staging.hash_staged, self.t.staged(item), item.remote)
 
-    def _aria2(self, batch: list[tuple[_snapshot_plan.Item, str, bool]]) -> None:
+    def _aria2(self, batch: list[tuple[_snapshot_plan.Item, str]]) -> None:
         t = self.t
         # No checksum= for aria2: it would hash in its single thread after the transfer.
-        jobs = [_aria2.Aria2File(item.key, url, t.staging, item.key, None, item.remote.size, auth)
-                for item, url, auth in batch]
-        self.batch = {item.key: item for item, dummy, dummy2 in batch}
+        jobs = [_aria2.Aria2File(item.key, url, t.staging, item.key, None, item.remote.size) for item, url in batch]
+        self.batch = {item.key: item for item, url in batch}
         self.hashes = {}
         self.pool = ThreadPoolExecutor(max_workers=t.hash_workers or _hashing.default_workers())
         mark = time.monotonic()
         try:
             result = _aria2.run(
                 jobs, os.path.join(t.staging, _snapshot_staging.ARIA2_WORKDIR), t.aria2,
-                tick=t.progress.write, tick_interval=PROGRESS_INTERVAL, on_complete=self._hash_later,
-                header=self.header)
+                tick=t.progress.write, tick_interval=PROGRESS_INTERVAL, on_complete=self._hash_later)
             mark = t.timings.took("aria2", mark)
-            for item, dummy, dummy2 in batch:
+            for item, dummy in batch:
                 if result.outcomes[item.key].status == "OK":
                     self._hash_later(item.key)
             hashed = {key: future.result() for key, future in self.hashes.items()}
@@ -351,7 +339,7 @@ class _Round(object):
         t.timings.took("hash_after_aria2", mark)
         if result.retry_after:
             self.wait_hint = max(self.wait_hint, float(result.retry_after))
-        for item, dummy, dummy2 in batch:
+        for item, dummy in batch:
             self._settle(item, result.outcomes[item.key], hashed.get(item.key))
 
     def _settle(self, item: _snapshot_plan.Item, outcome: Any, hashed: tuple | None) -> None:

@@ -21,10 +21,10 @@ description:
     written in place, so files hard-linked from an earlier revision stay intact.
   - The token is sent only to the endpoint (listing, and a C(HEAD) per file that yields the signed
     CDN URL); aria2 gets the signed URLs in a mode 0600 input file that is removed afterwards, never
-    anything on its command line. A file the endpoint serves itself to a token holder (no redirect,
-    e.g. small files of a gated repo) is fetched by aria2 too, in parallel and with progress; only
-    for such a file the input file also holds the C(Authorization) header (aria2 logs it as
-    C(<snip>)). Public repos are fetched without a token.
+    anything on its command line, and never the token. A file the endpoint serves itself to a token
+    holder (no redirect, e.g. small files of a gated repo) is fetched by the module itself without
+    following redirects, so the token cannot reach another host (aria2 resends its headers to wherever
+    a redirect points). Public repos are fetched without a token.
   - Writes C(dest/.gpufleet/manifest.json) atomically under an exclusive lock on O(dest), with the
     commit and every file's path, size, sha256, the Hub's id for it and a stat record for cheap re-checks.
   - A stat record is (size, mtime, ctime, inode), taken after the module's own last change to the file (its rename
