@@ -12,6 +12,7 @@ import datetime
 import http.client
 import http.server
 import ipaddress
+import selectors
 import socket
 import ssl
 import threading
@@ -33,28 +34,33 @@ def check_mode_run(hub, dest, **params):
 
 
 def _pipe_both(one, other):
-    """Relay bytes between two sockets until either side closes."""
-
-    def pipe(src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (src, dst):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    back = threading.Thread(target=pipe, args=(other, one), daemon=True)
-    back.start()
-    pipe(one, other)
-    back.join()
+    """Relay bytes between two sockets until either side closes, in ONE thread: an SSL socket must
+    not be read in one thread while another writes it (OpenSSL does not support that)."""
+    peers = {one: other, other: one}
+    selector = selectors.DefaultSelector()
+    for sock in peers:
+        selector.register(sock, selectors.EVENT_READ)
+    try:
+        while True:
+            for key, dummy in selector.select():
+                src = key.fileobj
+                while True:
+                    data = src.recv(65536)
+                    if not data:
+                        return
+                    peers[src].sendall(data)
+                    # TLS may hold decrypted bytes the socket no longer signals as readable.
+                    if not (isinstance(src, ssl.SSLSocket) and src.pending()):
+                        break
+    except OSError:  # ssl.SSLError is an OSError
+        pass
+    finally:
+        selector.close()
+        for sock in peers:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 class CountingProxy(object):
