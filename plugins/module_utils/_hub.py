@@ -38,10 +38,11 @@ RemoteFile = collections.namedtuple("RemoteFile", ["path", "size", "blob_id", "s
 
 
 def hf_api(endpoint: str | None = None, token: str | bool | None = None, *, proxy: str | None = None,
-           validate_certs: bool = True, ca_path: str | None = None) -> _ConfiguredApi:
+           validate_certs: bool = True, ca_path: str | None = None, timeout: float | None = None) -> _ConfiguredApi:
     """An HfApi bound to ``endpoint`` (None: HF_ENDPOINT or the public Hub) and ``token``, whose every
-    call goes through ``proxy`` (None: the environment's) and checks TLS as ``validate_certs`` /
-    ``ca_path`` say.
+    call goes through ``proxy`` (None: the environment's), checks TLS as ``validate_certs`` /
+    ``ca_path`` say and gives up on a request silent for ``timeout`` seconds (None: never; the listing
+    calls take no per-call timeout, so a stalled endpoint or proxy would block for ever).
 
     ``token=None`` lets huggingface_hub find the host's token (HF_TOKEN, token file); pass False to
     send none.
@@ -49,18 +50,19 @@ def hf_api(endpoint: str | None = None, token: str | bool | None = None, *, prox
     from huggingface_hub import HfApi  # imported late: the module reports a missing library itself
 
     return _ConfiguredApi(HfApi(endpoint=endpoint, token=token),
-                          HubHTTPConfig(proxy=proxy, validate_certs=validate_certs, ca_path=ca_path))
+                          HubHTTPConfig(proxy=proxy, validate_certs=validate_certs, ca_path=ca_path, timeout=timeout))
 
 
-class HubHTTPConfig(collections.namedtuple("HubHTTPConfig", ["proxy", "validate_certs", "ca_path"])):
+class HubHTTPConfig(collections.namedtuple("HubHTTPConfig", ["proxy", "validate_certs", "ca_path", "timeout"],
+                                           defaults=(None,))):
     """How huggingface_hub's own HTTP client reaches the Hub during one of our calls."""
 
     __slots__ = ()
 
     def __repr__(self) -> str:
         # a proxy URL may carry credentials: never in a repr (tracebacks, test failures)
-        return "HubHTTPConfig(proxy=%s, validate_certs=%r, ca_path=%r)" % (
-            "<set>" if self.proxy else None, self.validate_certs, self.ca_path)
+        return "HubHTTPConfig(proxy=%s, validate_certs=%r, ca_path=%r, timeout=%r)" % (
+            "<set>" if self.proxy else None, self.validate_certs, self.ca_path, self.timeout)
 
 
 class HubTLSError(OSError):
@@ -88,7 +90,7 @@ def _client_factory(config: HubHTTPConfig) -> Callable[[], Any]:
 
     def factory() -> Any:
         kwargs: dict[str, Any] = {"event_hooks": {"request": [hf_http.hf_request_event_hook]},
-                                  "follow_redirects": True, "timeout": None, "verify": verify}
+                                  "follow_redirects": True, "timeout": config.timeout, "verify": verify}
         if config.proxy:
             kwargs["proxy"] = config.proxy
         return httpx.Client(**kwargs)
@@ -146,6 +148,9 @@ class _ConfiguredApi(object):
     def __init__(self, api: Any, config: HubHTTPConfig) -> None:
         self._api = api
         self._config = config
+        # Calls that take a per-call timeout pass None by default, which overrides the client's:
+        # callers hand them this one.
+        self.timeout = config.timeout
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._api, name)
@@ -167,7 +172,7 @@ def resolve_commit(api, repo_id, revision, repo_type="model"):
 
     Raises UntrustedAnswerError when the answer carries no such sha (a mirror without ``sha``).
     """
-    info = api.repo_info(repo_id, revision=revision, repo_type=repo_type)
+    info = api.repo_info(repo_id, revision=revision, repo_type=repo_type, timeout=getattr(api, "timeout", None))
     sha = getattr(info, "sha", None)
     if not _is_hex(sha, 40):
         raise UntrustedAnswerError("its answer for revision %r of %s carries no 40-hex commit sha (got %s)"

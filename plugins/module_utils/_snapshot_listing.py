@@ -65,6 +65,9 @@ class _AskWithToken(Exception):
     """The Hub's answer means: the repo needs the token (which we have and did not send)."""
 
 
+_PERMANENT_TLS = ("CERTIFICATE_VERIFY_FAILED", "certificate verify failed", "WRONG_VERSION_NUMBER")
+
+
 def _retryable(exc: Exception, settings: Any, *, token: str | None, use_token: bool) -> str:
     """The text of a failure worth another try; raises for the ones no retry fixes.
 
@@ -93,8 +96,9 @@ def _retryable(exc: Exception, settings: Any, *, token: str | None, use_token: b
         if status is not None and status not in _RETRY_STATUSES and status < 500:
             raise SnapshotError("listing %s@%s failed: %s" % (settings.repo_id, settings.revision, last))
         return last
-    if isinstance(exc, _hub.HubTLSError):
-        # A refused certificate is the same on every try: fail now, with the option that fixes it.
+    if isinstance(exc, _hub.HubTLSError) and any(key in str(exc) for key in _PERMANENT_TLS):
+        # A refused certificate is the same on every try: fail now, with the option that fixes it
+        # (other TLS failures, such as a reset handshake, are retried like any network error).
         raise SnapshotError("listing %s on %s failed: %s" % (settings.repo_id, where, exc))
     if isinstance(exc, (OSError, ValueError)):
         return short(exc)
@@ -114,7 +118,7 @@ def list_remote(settings: Any, *, token: str | None, log: Callable[[str], None])
     last = None
     for attempt in range(1, attempts + 1):
         api = _hub.hf_api(endpoint=settings.endpoint, token=token if use_token else False, proxy=settings.proxy,
-                          validate_certs=settings.validate_certs, ca_path=settings.ca_path)
+                          validate_certs=settings.validate_certs, ca_path=settings.ca_path, timeout=settings.timeout)
         try:
             commit = _hub.resolve_commit(api, settings.repo_id, settings.revision, repo_type=settings.repo_type)
             files = _hub.list_revision(api, settings.repo_id, commit, repo_type=settings.repo_type)

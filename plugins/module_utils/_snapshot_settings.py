@@ -17,6 +17,7 @@ import dataclasses
 import os
 import re
 import ssl
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -133,6 +134,18 @@ def _check(values: Mapping[str, Any]) -> None:
     _check_split_size(values["min_split_size"])
     if values["ca_path"]:
         _check_ca_path(values["ca_path"])
+    if values["proxy"]:
+        _check_proxy(values["proxy"])
+
+
+def _check_proxy(proxy: str) -> None:
+    """An http:// proxy URL: what aria2's all-proxy and the listing's client both speak (a socks5://
+    one would otherwise fail deep inside the HTTP library). The URL itself is never shown: it may
+    carry user:password."""
+    parts = urllib.parse.urlsplit(proxy)
+    if parts.scheme != "http" or not parts.hostname:
+        raise SnapshotError("proxy must be an http://[user:password@]host[:port] URL (what aria2 and the listing both "
+                            "support), got a URL with scheme %r" % (parts.scheme or "none"))
 
 
 def _check_repo_id(repo_id: Any) -> None:

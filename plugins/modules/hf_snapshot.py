@@ -169,8 +169,9 @@ options:
     default: 1073741824
   proxy:
     description:
-      - HTTP(S) proxy URL for every request to the Hub - the listing (C(huggingface_hub)'s own HTTP
-        client, set for this run only), the resolves and aria2 (in its input file, not on argv).
+      - HTTP proxy URL (C(http://[user:password@]host[:port]), what aria2 and the listing both support) for every
+        request to the Hub - the listing (C(huggingface_hub)'s own HTTP client, set for this run only), the resolves
+        and aria2 (in its input file, not on argv). Other schemes (C(socks5://), C(https://)) are refused at once.
       - Default the host's proxy environment variables, if any.
     type: str
   validate_certs:

@@ -290,6 +290,42 @@ def test_a_refused_certificate_is_not_retried(tls_hub, lab_hub, tmp_path):
     assert front.accepted == 1 and front.handshakes == 0
 
 
+def test_a_silent_endpoint_fails_the_listing_after_timeout(lab_hub, tmp_path):
+    """huggingface_hub's listing calls take no per-call timeout: our client's must apply, or an
+    endpoint (or proxy) that accepts and then says nothing blocks the run until the async job dies."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held = []
+    release = threading.Event()
+
+    def hold():
+        while not release.is_set():
+            try:
+                conn, dummy = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+
+    def hang_up():  # only a bound for broken code (no timeout applied), never what the test measures
+        release.set()
+        for conn in held:
+            conn.close()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    bound = threading.Timer(300, hang_up)
+    bound.start()
+    try:
+        with pytest.raises(_snapshot.SnapshotError) as err:
+            check_mode_run(lab_hub, tmp_path / "d", endpoint="http://127.0.0.1:%d" % server.getsockname()[1],
+                           timeout=1)
+        assert "timed out" in err.value.msg.lower() or "timeout" in err.value.msg.lower(), err.value.msg
+        assert held, "the request never reached the silent endpoint"
+    finally:
+        bound.cancel()
+        hang_up()
+        server.close()
+
+
 def test_validate_certs_false_lists_without_the_ca(tls_hub, lab_hub, tmp_path):
     front, dummy, dummy2 = tls_hub
     res = check_mode_run(lab_hub, tmp_path / "d", endpoint=front.url, validate_certs=False)

@@ -52,12 +52,16 @@ def a_ca_bundle():
     (dict(retry_wait=601), ["retry_wait must be 0-600"]),
     (dict(lock_timeout=-1), ["lock_timeout must be at least 0"]),
     (dict(min_free_bytes=-1), ["min_free_bytes must be at least 0"]),
+    (dict(proxy="socks5://u:pw@127.0.0.1:1080"), ["proxy must be an http://", "'socks5'"]),
+    (dict(proxy="ftp://127.0.0.1:21"), ["proxy must be an http://", "'ftp'"]),
+    (dict(proxy="proxy.corp:3128"), ["proxy must be an http://"]),
 ])
 def test_bad_parameter_is_named(params, words):
     with pytest.raises(_snapshot.SnapshotError) as err:
         settings(**params)
     for word in words:
         assert word in err.value.msg, (word, err.value.msg)
+    assert "pw@" not in err.value.msg  # a proxy's credentials are never shown
 
 
 def test_ca_path_missing_directory_or_not_pem(tmp_path):
