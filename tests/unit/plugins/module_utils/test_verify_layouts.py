@@ -18,7 +18,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hashing, _paths, _safetensors, _strays, _verify
+from ansible_collections.gpufleet.llm.plugins.module_utils import _hashing, _strays, _verify
 from ansible_collections.gpufleet.llm.plugins.module_utils import _verify_hashes
 from ansible_collections.gpufleet.llm.plugins.module_utils import _verify_steps as vs
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees as mt
