@@ -118,7 +118,11 @@ class ActionModule(ActionBase):
                 if status["finished"] or status.get("failed"):
                     status["polls"] = polls
                     return status
-            display.display("[%s] %s" % (host, line or args["idle_line"]))
+            if self._task.no_log:
+                # the line is the job's own text: a no_log task shows only that it is alive
+                display.display("[%s] poll %d (output hidden by no_log)" % (host, polls))
+            else:
+                display.display("[%s] %s" % (host, line or args["idle_line"]))
             if time.monotonic() > give_up:
                 raise AnsibleActionFail("job %s has not ended %d s after its async timeout (%d s): the host's "
                                         "async_wrapper should have ended it; look at %s on the host"

@@ -169,6 +169,10 @@ def build_argv(aria2c: str, input_file: str, log_file: str, *, connections: int,
         "--conditional-get=false",
         "--always-resume=true",
         "--max-resume-failure-tries=0",
+        # aria2 follows a .torrent or metalink answer by default (downloading what it names, seeding
+        # a torrent): a hostile mirror or CDN must only ever get its bytes hashed and refused.
+        "--follow-torrent=false",
+        "--follow-metalink=false",
         "--stop-with-process=%d" % os.getpid(),
     ]
     if ca_path:

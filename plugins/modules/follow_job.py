@@ -25,6 +25,7 @@ description:
     this task's result (a failed job fails the task with the job's message).
   - Gives up (fails) when the job has not ended O(timeout) seconds after it started, plus a grace
     period in which C(async_wrapper) records its own timeout.
+  - With C(no_log) on the task, each poll prints only that it happened, not the job's line.
 author:
   - gpufleet.llm contributors (@gpufleet)
 extends_documentation_fragment:

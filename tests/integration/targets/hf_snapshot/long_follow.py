@@ -4,7 +4,7 @@ and events rather than by the clock.
 usage: long_follow.py HUB MIN_POLLS ansible-playbook ARGS...
 
 The Hub is capped (rate_total) so low that the fetch cannot end before the lines are counted (25 MB
-at 32 KiB/s is ~13 minutes). The play's output is read as it comes; once it printed more than
+at 32 KiB/s is ~13 minutes; the 300 polls take about 30 s; runme.sh bounds the play at 25 minutes). The play's output is read as it comes; once it printed more than
 MIN_POLLS progress lines (one per poll), the cap is lifted and the fetch ends at full speed. The play
 must then complete (verify, `current` switched: role.yml asserts it, and that the action's own poll
 count exceeds 300). A progress loop that dies after a few hundred polls (the old self-including
@@ -18,7 +18,9 @@ import subprocess
 import sys
 import urllib.request
 
-CAP = 32 * 1024  # bytes/s over every connection of the Hub
+# bytes/s over every connection of the Hub. Not lower: a shared bucket this slow already spaces each
+# of aria2's connections' 16 KiB chunks by seconds, and aria2 gives up on a silent one after --timeout.
+CAP = 32 * 1024
 PROGRESS = re.compile(r"^\[(\S+)\] (gpufleet-lab/Kimi-K2\.6-mini: .*)$")
 BYTES = re.compile(r"[\d.]+ [KMGT]?i?B / [\d.]+ [KMGT]?i?B \(\d+%\), .*/s, ETA")
 
@@ -43,7 +45,8 @@ def main() -> int:
                 match = PROGRESS.match(raw.rstrip("\n"))
                 if match:
                     lines.append(match.group(2))
-                    if not released and len(lines) > min_polls:
+                    # lifted only once bytes have shown too: idle lines alone (a slow listing) prove less
+                    if not released and len(lines) > min_polls and sum(bool(BYTES.search(x)) for x in lines) >= 2:
                         hub(base, "/_lab/config", {"rate_total": 0})
                         released = True
             rc = proc.wait()

@@ -49,8 +49,9 @@ role 0 --check -e revision=main -e phase=again
 # a fetch through the role that outlasts 300 polls (issue 10: the old self-including progress loop
 # died with RecursionError at ~245): a capped Hub, a 0.05 s poll interval, and the cap lifted only
 # once the play printed more than 300 progress lines (bytes and events, not the clock); one host
-python3 long_follow.py "$HUB" 300 ansible-playbook "${PLAY_ARGS[@]}" role.yml --limit 'gpu_nodes[0]' \
-    -e revision=main -e phase=longpoll -e models_dir=longpoll -e model_progress_interval=0.05
+# (bounded: the play at 25 min, the fetch job at 20 min, never the measure of the test)
+python3 long_follow.py "$HUB" 300 timeout 1500 ansible-playbook "${PLAY_ARGS[@]}" role.yml --limit 'gpu_nodes[0]' \
+    -e revision=main -e phase=longpoll -e models_dir=longpoll -e model_progress_interval=0.05 -e model_fetch_timeout=1200
 
 # faults: every 10th resolve and CDN request fails (5xx, 429 + Retry-After, resets, truncated bodies)
 # and signed URLs expire mid-fetch -> complete and exact

@@ -73,6 +73,7 @@ def test_argv_has_tuning_only():
     joined = " ".join(argv)
     assert "http" not in joined and "header" not in joined and "Authorization" not in joined
     for expected in ("--continue=true", "--auto-file-renaming=false", "--auto-save-interval=1",
+                     "--follow-torrent=false", "--follow-metalink=false",
                      "--max-connection-per-server=16", "--split=16", "--max-concurrent-downloads=6",
                      "--min-split-size=20M", "--input-file=/d/in.txt"):
         assert expected in argv
@@ -89,7 +90,8 @@ def default_argv(aria2c, workdir):
         "--max-tries=5", "--retry-wait=2", "--check-certificate=true", "--summary-interval=0", "--download-result=full",
         "--enable-color=false", "--console-log-level=warn", "--log=%s/aria2.log" % workdir, "--log-level=info",
         "--human-readable=false", "--uri-selector=inorder", "--remote-time=false", "--conditional-get=false",
-        "--always-resume=true", "--max-resume-failure-tries=0", "--stop-with-process=%d" % os.getpid(),
+        "--always-resume=true", "--max-resume-failure-tries=0", "--follow-torrent=false", "--follow-metalink=false",
+        "--stop-with-process=%d" % os.getpid(),
     ]
 
 
