@@ -4,7 +4,8 @@ and events rather than by the clock.
 usage: long_follow.py HUB MIN_POLLS ansible-playbook ARGS...
 
 The Hub is capped (rate_total) so low that the fetch cannot end before the lines are counted (25 MB
-at 32 KiB/s is ~13 minutes; the 300 polls take about 30 s; runme.sh bounds the play at 25 minutes). The play's output is read as it comes; once it printed more than
+at 32 KiB/s is ~13 minutes; the 300 polls take about 30 s; runme.sh bounds the play at 25
+minutes). The play's output is read as it comes; once it printed more than
 MIN_POLLS progress lines (one per poll), the cap is lifted and the fetch ends at full speed. The play
 must then complete (verify, `current` switched: role.yml asserts it, and that the action's own poll
 count exceeds 300). A progress loop that dies after a few hundred polls (the old self-including
