@@ -393,4 +393,5 @@ def test_lock_timeout_fails_clearly(lab_hub, aria2c, tmp_path):
     with _manifest.DirLock(str(dest)):
         with pytest.raises(_snapshot.SnapshotError) as err:
             run(lab_hub, dest, lock_timeout=0, allow_patterns=["config.json"])
-    assert "locked by another run" in err.value.msg
+    assert "locked by another run" in err.value.msg and "another host sharing this storage" in err.value.msg
+    assert str(dest / ".gpufleet" / "lock") in err.value.msg and "lock_timeout" in err.value.msg

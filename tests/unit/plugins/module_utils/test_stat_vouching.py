@@ -246,16 +246,6 @@ def test_lock_timeout_says_another_host_may_hold_it(tmp_path):
     assert "raise lock_timeout" in msg
 
 
-def test_hf_snapshot_lock_timeout_names_the_lock_and_the_option(lab_hub, aria2c, tmp_path):
-    dest = tmp_path / "d"
-    dest.mkdir()
-    with _manifest.DirLock(str(dest)):
-        with pytest.raises(_snapshot.SnapshotError) as err:
-            fetch(lab_hub, dest, lock_timeout=0, allow_patterns=["config.json"])
-    assert "another host sharing this storage" in err.value.msg
-    assert str(dest / ".gpufleet" / "lock") in err.value.msg and "lock_timeout" in err.value.msg
-
-
 # --- end to end: hf_snapshot, then a rewrite that keeps the stat (items 9 and 10) -----------------
 
 def test_hf_snapshot_rehashes_and_refetches_a_rewrite_that_kept_the_stat(lab_hub, aria2c, tmp_path):
