@@ -65,6 +65,32 @@ class HubHTTPConfig(collections.namedtuple("HubHTTPConfig", ["proxy", "validate_
             "<set>" if self.proxy else None, self.validate_certs, self.ca_path, self.timeout)
 
 
+def proxy_problem(proxy: str) -> str | None:
+    """Why ``proxy`` cannot be used (None: it can): an http:// URL is what aria2's all-proxy and the
+    listing's client both speak; a socks5:// one would fail deep inside the HTTP library. The URL
+    itself is never shown: it may carry user:password."""
+    parts = _urlparse.urlsplit(proxy)
+    if parts.scheme != "http" or not parts.hostname:
+        return ("proxy must be an http://[user:password@]host[:port] URL (what aria2 and the listing both "
+                "support), got a URL with scheme %r" % (parts.scheme or "none"))
+    return None
+
+
+def ca_path_problem(ca_path: str) -> str | None:
+    """Why ``ca_path`` cannot be used (None: it can): a CA bundle that does not exist, cannot be read
+    or does not parse would fail every TLS request, after retries."""
+    if not os.path.isfile(ca_path):
+        return ("ca_path %s does not exist or is not a file: give the PEM bundle of the CA that signs the "
+                "endpoint's certificate" % ca_path)
+    if not os.access(ca_path, os.R_OK):
+        return "ca_path %s is not readable by this user: fix its permissions" % ca_path
+    try:
+        ssl.create_default_context(cafile=ca_path)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        return "ca_path %s is not a PEM CA bundle (%s): give the CA certificate(s) in PEM form" % (ca_path, exc)
+    return None
+
+
 class HubTLSError(OSError):
     """The endpoint's TLS certificate was refused (or the handshake failed): says which option fixes it."""
 
@@ -210,8 +236,8 @@ def list_revision(api, repo_id, commit, repo_type="model"):
 # aria2 sends every --header / header= value to every host a redirect leads it to, so it never gets
 # the token with a URL that redirects. The token goes to the endpoint in a HEAD on /resolve/ that does
 # not follow the redirect; aria2 then gets the signed CDN URL (which authorises itself) and no header.
-# Only a URL the endpoint answered itself (``direct``: no redirect) goes to aria2 with the token, in
-# its 0600 input file: the endpoint is the one host that already holds it.
+# A URL the endpoint answers itself (``direct``: no redirect) needs the token on the GET too: that
+# GET is made here (download_direct), never by aria2, and does not follow redirects either.
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 USER_AGENT = "gpufleet.llm-hf_snapshot"

@@ -16,8 +16,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import ssl
-import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -132,20 +130,10 @@ def _check(values: Mapping[str, Any]) -> None:
         raise SnapshotError("repo_type must be model, dataset or space")
     _check_numbers(values)
     _check_split_size(values["min_split_size"])
-    if values["ca_path"]:
-        _check_ca_path(values["ca_path"])
-    if values["proxy"]:
-        _check_proxy(values["proxy"])
-
-
-def _check_proxy(proxy: str) -> None:
-    """An http:// proxy URL: what aria2's all-proxy and the listing's client both speak (a socks5://
-    one would otherwise fail deep inside the HTTP library). The URL itself is never shown: it may
-    carry user:password."""
-    parts = urllib.parse.urlsplit(proxy)
-    if parts.scheme != "http" or not parts.hostname:
-        raise SnapshotError("proxy must be an http://[user:password@]host[:port] URL (what aria2 and the listing both "
-                            "support), got a URL with scheme %r" % (parts.scheme or "none"))
+    for problem in (values["ca_path"] and _hub.ca_path_problem(values["ca_path"]),
+                    values["proxy"] and _hub.proxy_problem(values["proxy"])):
+        if problem:
+            raise SnapshotError(problem)
 
 
 def _check_repo_id(repo_id: Any) -> None:
@@ -196,17 +184,3 @@ def _check_split_size(value: Any) -> None:
     size = int(match.group(1)) * {"": 1, "K": 1024, "M": 1024 * 1024}[match.group(2)]
     if not MIN_SPLIT_LOW <= size <= MIN_SPLIT_HIGH:
         raise SnapshotError("min_split_size must be 1M-1024M (aria2's range), got %r" % value)
-
-
-def _check_ca_path(ca_path: str) -> None:
-    """A CA bundle that exists, is readable and parses: else every TLS request would fail, with retries."""
-    if not os.path.isfile(ca_path):
-        raise SnapshotError("ca_path %s does not exist or is not a file: give the PEM bundle of the CA that "
-                            "signs the endpoint's certificate" % ca_path)
-    if not os.access(ca_path, os.R_OK):
-        raise SnapshotError("ca_path %s is not readable by this user: fix its permissions" % ca_path)
-    try:
-        ssl.create_default_context(cafile=ca_path)
-    except (ssl.SSLError, OSError, ValueError) as exc:
-        raise SnapshotError("ca_path %s is not a PEM CA bundle (%s): give the CA certificate(s) in PEM form"
-                            % (ca_path, exc))
