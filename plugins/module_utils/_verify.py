@@ -56,6 +56,10 @@ def argument_spec() -> dict:
         revision=dict(type="str"),
         endpoint=dict(type="str"),
         token=dict(type="str", no_log=True),
+        proxy=dict(type="str", no_log=True),  # may carry user:password
+        validate_certs=dict(type="bool", default=True),
+        ca_path=dict(type="path"),
+        timeout=dict(type="int", default=60),
         allow_patterns=dict(type="list", elements="str"),
         ignore_patterns=dict(type="list", elements="str"),
         hash_workers=dict(type="int"),
@@ -128,14 +132,33 @@ def check_params(**params: t.Any) -> list:
     for pattern in opts.require_files or []:
         if not isinstance(pattern, str) or not pattern or os.path.isabs(pattern) or ".." in pattern.split("/"):
             raise ParamError("require_files entries are globs relative to path without '..', got %r" % (pattern,))
-    if (opts.revision or opts.endpoint or opts.token) and not opts.repo_id:
-        raise ParamError("revision, endpoint and token only apply with repo_id (expected hashes from the Hub); "
-                         "set repo_id or drop them")
+    hub_only = [name for name in ("revision", "endpoint", "token", "proxy", "ca_path") if getattr(opts, name)]
+    if not opts.validate_certs:
+        hub_only.append("validate_certs")
+    if hub_only and not opts.repo_id:
+        raise ParamError("%s only apply with repo_id (expected hashes from the Hub); set repo_id or drop them"
+                         % ", ".join(hub_only))
+    _check_hub_options(opts)
     _check_patterns(opts)
     try:
         return _expect.compile_expectations(opts.expect)
     except _expect.ExpectError as exc:
         raise ParamError(str(exc))
+
+
+def _check_hub_options(opts: Options) -> None:
+    """proxy, ca_path and timeout as hf_snapshot takes them: refused here, not as minutes of retries."""
+    if isinstance(opts.timeout, bool) or not isinstance(opts.timeout, int) or opts.timeout < 1:
+        raise ParamError("timeout must be a whole number of seconds of at least 1 (how long a silent Hub request "
+                         "may take before the listing gives up), got %r" % (opts.timeout,))
+    if not opts.repo_id:
+        return
+    # Imported here: _hub is needed only with repo_id (its checks use the standard library only).
+    from ansible_collections.gpufleet.llm.plugins.module_utils import _hub
+
+    for problem in (opts.ca_path and _hub.ca_path_problem(opts.ca_path), opts.proxy and _hub.proxy_problem(opts.proxy)):
+        if problem:
+            raise ParamError(problem)
 
 
 def _check_patterns(opts: Options) -> None:
@@ -187,11 +210,22 @@ def verify(path: str, *, check_mode: bool = False, expectations: list | None = N
                 within=layout.within)
     result.update(check_hashes(
         report, tree, mode=opts.mode, manifest=opts.manifest, repo_id=opts.repo_id, revision=opts.revision,
-        endpoint=opts.endpoint, token=opts.token, hash_workers=opts.hash_workers, allow_stray=opts.allow_stray,
+        endpoint=opts.endpoint, token=opts.token, http=_hub_http(opts), hash_workers=opts.hash_workers,
+        allow_stray=opts.allow_stray,
         check_mode=check_mode, allow_patterns=opts.allow_patterns, ignore_patterns=opts.ignore_patterns))
     if opts.target:
         result.update(_steps.check_drafter(report, config, opts.target))
     return _finish(result, report, start)
+
+
+def _hub_http(opts: Options) -> t.Any:
+    """How the listing reaches the Hub (None without repo_id: nothing is listed)."""
+    if not opts.repo_id:
+        return None
+    from ansible_collections.gpufleet.llm.plugins.module_utils import _hub
+
+    return _hub.HubHTTPConfig(proxy=opts.proxy, validate_certs=opts.validate_certs, ca_path=opts.ca_path,
+                              timeout=opts.timeout)
 
 
 def _finish(result: dict, report: _steps.Report, start: float) -> dict:

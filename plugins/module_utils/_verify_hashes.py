@@ -20,7 +20,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hashing, _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils import _hashing, _manifest, _secrets
 from ansible_collections.gpufleet.llm.plugins.module_utils._paths import UnsafePathError, dest_path
 from ansible_collections.gpufleet.llm.plugins.module_utils._strays import is_partial
 from ansible_collections.gpufleet.llm.plugins.module_utils._verify_steps import Report, listed
@@ -82,15 +82,21 @@ def expected_from_manifest(manifest_path: str) -> tuple | None:
     return out, data.get("commit")
 
 
-def expected_from_hub(repo_id: str, *, revision: str | None, endpoint: str | None, token,
+def expected_from_hub(repo_id: str, *, revision: str | None, endpoint: str | None, token, http=None,
                       allow_patterns=None, ignore_patterns=None) -> tuple:
     """({rel: Expected}, commit) as the Hub lists ``repo_id`` at ``revision`` now, the files
-    ``allow_patterns``/``ignore_patterns`` select only (hf_snapshot's semantics)."""
+    ``allow_patterns``/``ignore_patterns`` select only (hf_snapshot's semantics).
+
+    ``http``: a ``_hub.HubHTTPConfig`` (proxy, validate_certs, ca_path, timeout) for every request;
+    None: the environment's proxy, the system CAs and a 60 s timeout.
+    """
     # Imported here: huggingface_hub is needed only with repo_id.
     from ansible_collections.gpufleet.llm.plugins.module_utils import _hub
     from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_listing import matches_patterns
 
-    api = _hub.hf_api(endpoint=endpoint, token=token)
+    http = http or _hub.HubHTTPConfig(proxy=None, validate_certs=True, ca_path=None, timeout=60)
+    api = _hub.hf_api(endpoint=endpoint, token=token, proxy=http.proxy, validate_certs=http.validate_certs,
+                      ca_path=http.ca_path, timeout=http.timeout)
     commit = _hub.resolve_commit(api, repo_id, revision or "main")
     out = {}
     for f in _hub.list_revision(api, repo_id, commit):
@@ -100,20 +106,25 @@ def expected_from_hub(repo_id: str, *, revision: str | None, endpoint: str | Non
 
 
 def load_expected(report: Report, tree: Tree, *, mode: str, manifest: str | None, repo_id: str | None,
-                  revision: str | None, endpoint: str | None, token, patterns: tuple = (None, None)) -> Source | None:
+                  revision: str | None, endpoint: str | None, token, http=None,
+                  patterns: tuple = (None, None)) -> Source | None:
     """The expected sizes and hashes; None (and the hashes check reported) when there are none.
 
     ``patterns``: (allow_patterns, ignore_patterns) that select the Hub's files (repo_id only).
     """
     if repo_id:
         try:
-            expected, commit = expected_from_hub(repo_id, revision=revision, endpoint=endpoint, token=token,
+            expected, commit = expected_from_hub(repo_id, revision=revision, endpoint=endpoint, token=token, http=http,
                                                  allow_patterns=patterns[0], ignore_patterns=patterns[1])
         except Exception as exc:  # pylint: disable=broad-except
             # huggingface_hub raises its own errors, httpx's and OSError; each is one line here.
-            report.add("hashes", ["could not list %s at %s from %s (%s: %s); check repo_id, revision, endpoint and "
-                                  "token" % (repo_id, revision or "main", endpoint or "the default endpoint",
-                                             type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")])
+            # Never the token or the proxy URL (it may carry user:password) in a problem line.
+            said = _secrets.mask(str(exc).splitlines()[0] if str(exc) else "", token if isinstance(token, str) else None,
+                                 http.proxy if http else None)
+            report.add("hashes", ["could not list %s at %s from %s (%s: %s); check repo_id, revision, endpoint, token "
+                                  "and, behind a proxy or a private CA, proxy and ca_path"
+                                  % (repo_id, revision or "main", endpoint or "the default endpoint",
+                                     type(exc).__name__, said)])
             return None
         return Source("hub", "the Hub (%s@%s)" % (repo_id, revision or "main"), expected, commit)
     manifest_path = manifest or os.path.join(_manifest.meta_dir(tree.root), _manifest.MANIFEST)
@@ -281,7 +292,8 @@ class HashRun(object):
 
 
 def check_hashes(report: Report, tree: Tree, *, mode: str, manifest: str | None = None, repo_id: str | None = None,
-                 revision: str | None = None, endpoint: str | None = None, token=None, hash_workers: int | None = None,
+                 revision: str | None = None, endpoint: str | None = None, token=None, http=None,
+                 hash_workers: int | None = None,
                  allow_stray: bool = False, check_mode: bool = False, allow_patterns=None,
                  ignore_patterns=None) -> dict:
     """The hashes step: every listed file's size, and its hash as ``mode`` says.
@@ -292,7 +304,7 @@ def check_hashes(report: Report, tree: Tree, *, mode: str, manifest: str | None 
     ``cached``, ``files_checked``); none when there are no expected hashes.
     """
     source = load_expected(report, tree, mode=mode, manifest=manifest, repo_id=repo_id, revision=revision,
-                           endpoint=endpoint, token=token, patterns=(allow_patterns, ignore_patterns))
+                           endpoint=endpoint, token=token, http=http, patterns=(allow_patterns, ignore_patterns))
     if source is None:
         return {}
     statcache = _read_statcache(report, tree.root) if mode != "quick" else {}

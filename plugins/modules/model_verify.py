@@ -111,6 +111,31 @@ options:
   token:
     description: Hub token for O(repo_id). Default the host's token (C(HF_TOKEN) or the token file).
     type: str
+  proxy:
+    description:
+      - HTTP proxy URL (V(http://[user:password@]host[:port])) for every request of the O(repo_id) listing, as
+        C(hf_snapshot)'s option of this name. Default the host's proxy environment variables, if any.
+      - It may carry credentials; it is never shown in the module's output.
+      - Only with O(repo_id).
+    type: str
+  validate_certs:
+    description:
+      - Check the endpoint's TLS certificate during the O(repo_id) listing. Set V(false) only for a test endpoint.
+      - V(false) only applies with O(repo_id).
+    type: bool
+    default: true
+  ca_path:
+    description:
+      - PEM bundle of the CA that signs the endpoint's certificate (a private mirror), for the O(repo_id) listing.
+        Default the system's CAs.
+      - Only with O(repo_id).
+    type: path
+  timeout:
+    description:
+      - Seconds a request of the O(repo_id) listing may stay silent before the listing gives up (the hashes check
+        then reports that it could not list). At least V(1).
+    type: int
+    default: 60
   allow_patterns:
     description:
       - With O(repo_id), only the Hub's files that match one of these globs are expected (the same semantics as

@@ -1,17 +1,20 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""proxy, validate_certs and ca_path reach the listing (huggingface_hub's own client), and stay there.
+"""proxy, validate_certs and ca_path reach the listing (huggingface_hub's own client), and stay there:
+hf_snapshot's listing and model_verify's in repo_id mode (issue 10 item 4).
 
 A forward proxy of our own (plain http, it counts what it forwards) and a TLS front for the lab Hub
 signed by a private CA made here, both on loopback; the lab Hub is tests/unit/plugins/conftest.py's.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import http.client
 import http.server
 import ipaddress
+import os
 import selectors
 import socket
 import ssl
@@ -20,7 +23,7 @@ import urllib.parse
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _snapshot, _verify
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"
 HOP_BY_HOP = ("connection", "keep-alive", "transfer-encoding", "proxy-connection", "proxy-authorization")
@@ -290,9 +293,9 @@ def test_a_refused_certificate_is_not_retried(tls_hub, lab_hub, tmp_path):
     assert front.accepted == 1 and front.handshakes == 0
 
 
-def test_a_silent_endpoint_fails_the_listing_after_timeout(lab_hub, tmp_path):
-    """huggingface_hub's listing calls take no per-call timeout: our client's must apply, or an
-    endpoint (or proxy) that accepts and then says nothing blocks the run until the async job dies."""
+@contextlib.contextmanager
+def silent_endpoint():
+    """An endpoint that accepts connections and never says a word: (its URL, the connections it holds)."""
     server = socket.create_server(("127.0.0.1", 0))
     held = []
     release = threading.Event()
@@ -315,15 +318,21 @@ def test_a_silent_endpoint_fails_the_listing_after_timeout(lab_hub, tmp_path):
     bound = threading.Timer(300, hang_up)
     bound.start()
     try:
-        with pytest.raises(_snapshot.SnapshotError) as err:
-            check_mode_run(lab_hub, tmp_path / "d", endpoint="http://127.0.0.1:%d" % server.getsockname()[1],
-                           timeout=1)
-        assert "timed out" in err.value.msg.lower() or "timeout" in err.value.msg.lower(), err.value.msg
-        assert held, "the request never reached the silent endpoint"
+        yield "http://127.0.0.1:%d" % server.getsockname()[1], held
     finally:
         bound.cancel()
         hang_up()
         server.close()
+
+
+def test_a_silent_endpoint_fails_the_listing_after_timeout(lab_hub, tmp_path):
+    """huggingface_hub's listing calls take no per-call timeout: our client's must apply, or an
+    endpoint (or proxy) that accepts and then says nothing blocks the run until the async job dies."""
+    with silent_endpoint() as (url, held):
+        with pytest.raises(_snapshot.SnapshotError) as err:
+            check_mode_run(lab_hub, tmp_path / "d", endpoint=url, timeout=1)
+        assert "timed out" in err.value.msg.lower() or "timeout" in err.value.msg.lower(), err.value.msg
+        assert held, "the request never reached the silent endpoint"
 
 
 def test_validate_certs_false_lists_without_the_ca(tls_hub, lab_hub, tmp_path):
@@ -341,3 +350,62 @@ def test_https_to_a_plain_http_port_says_so_not_ca_path(lab_hub, tmp_path):
     with pytest.raises(_snapshot.SnapshotError) as err:
         check_mode_run(lab_hub, tmp_path / "d", endpoint=lab_hub.api.replace("http://", "https://"))
     assert "speak TLS" in err.value.msg and "set ca_path" not in err.value.msg, err.value.msg
+
+
+# --- model_verify's repo_id listing takes the same options (issue 10 item 4) ------------------------------
+
+def verify_against_hub(hub, path, **params):
+    """model_verify of ``path`` (here an empty directory: what is asserted is the listing) in repo_id mode."""
+    os.makedirs(str(path), exist_ok=True)
+    base = dict(mode="quick", repo_id=TARGET, endpoint=hub.api, token=False, allow_patterns=["config.json"])
+    base.update(params)
+    _verify.check_params(**base)
+    return _verify.verify(str(path), **base)
+
+
+def listing_problems(res):
+    return [p for p in res["problems"] if p.startswith("could not list")]
+
+
+def test_verify_lists_through_the_proxy(lab_hub, proxy, tmp_path):
+    res = verify_against_hub(lab_hub, tmp_path / "m", proxy=proxy.url)
+    assert res["expected_from"] == "hub" and res["commit"] == lab_hub.files_at(TARGET, "main")[0], res["problems"]
+    api_paths = [path for dummy, path in proxy.seen]
+    assert any(path.startswith("/api/models/%s/revision/" % TARGET) for path in api_paths), api_paths
+    assert any("/tree/" in path for path in api_paths), api_paths
+    hub_api = [e for e in lab_hub.log(server="api") if e["path"].startswith("/api/")]
+    assert len(hub_api) == len([p for p in api_paths if p.startswith("/api/")])
+    # the files the listing named are what the tree is checked against: config.json is missing here
+    assert any("config.json" in p for p in res["problems"]), res["problems"]
+
+
+def test_verify_listing_trusts_ca_path_and_says_when_it_is_wrong(tls_hub, lab_hub, proxy, tmp_path):
+    front, ca, other = tls_hub
+    res = verify_against_hub(lab_hub, tmp_path / "m", endpoint=front.url, ca_path=ca)
+    assert res["commit"] == lab_hub.files_at(TARGET, "main")[0] and not listing_problems(res), res["problems"]
+    tunneled = verify_against_hub(lab_hub, tmp_path / "m", endpoint=front.url, ca_path=ca, proxy=proxy.url)
+    assert tunneled["commit"] == res["commit"]
+    assert ("CONNECT", front.url.split("//", 1)[1]) in proxy.seen, proxy.seen
+    refused = verify_against_hub(lab_hub, tmp_path / "m", endpoint=front.url, ca_path=other)
+    assert refused["commit"] is None and not refused["ok"]
+    (line,) = listing_problems(refused)
+    assert "ca_path" in line and "certificate" in line.lower(), line
+    unchecked = verify_against_hub(lab_hub, tmp_path / "m", endpoint=front.url, validate_certs=False)
+    assert unchecked["commit"] == res["commit"], unchecked["problems"]
+
+
+def test_verify_listing_gives_up_on_a_silent_endpoint_after_timeout(lab_hub, tmp_path):
+    with silent_endpoint() as (url, held):
+        res = verify_against_hub(lab_hub, tmp_path / "m", endpoint=url, timeout=1)
+        (line,) = listing_problems(res)
+        assert "timed out" in line.lower() or "timeout" in line.lower(), line
+        assert held, "the request never reached the silent endpoint"
+
+
+def test_verify_listing_failure_never_shows_the_proxy_credentials(lab_hub, tmp_path):
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now: the proxy connection is refused
+    res = verify_against_hub(lab_hub, tmp_path / "m", proxy="http://gpu:s3cret-pw@127.0.0.1:%d" % port)
+    (line,) = listing_problems(res)
+    assert "s3cret-pw" not in repr(res), line

@@ -404,6 +404,14 @@ def test_not_a_drafter_against_target(trees):
     ({"hash_workers": 0}, "hash_workers"),
     ({"require_files": ["../etc/passwd"]}, "require_files"),
     ({"revision": "main"}, "only apply with repo_id"),
+    # issue 10 item 4: the listing's HTTP options, checked as hf_snapshot checks them
+    ({"proxy": "http://proxy:3128"}, "proxy only apply with repo_id"),
+    ({"ca_path": "/etc/ssl/certs/ca-certificates.crt"}, "ca_path only apply with repo_id"),
+    ({"validate_certs": False}, "validate_certs only apply with repo_id"),
+    ({"repo_id": "org/m", "proxy": "socks5://proxy:1080"}, "proxy must be an http://"),
+    ({"repo_id": "org/m", "ca_path": "/nonexistent/ca.pem"}, "ca_path /nonexistent/ca.pem does not exist"),
+    ({"repo_id": "org/m", "timeout": 0}, "timeout must be a whole number of seconds of at least 1"),
+    ({"timeout": -5}, "timeout must be"),
 ])
 def test_bad_parameters(kwargs, needle):
     with pytest.raises(_verify.ParamError, match=needle.replace("[", r"\[")):
