@@ -111,6 +111,14 @@ def snapshot(params: Mapping[str, Any], check_mode: bool = False,
     except SnapshotError as exc:
         exc.mask(token)
         raise
+    except OSError as exc:
+        # What the filesystem refused that no check above foresaw (a file where dest needs a folder,
+        # a read-only mount, no space for the manifest): one message naming the path, never a traceback.
+        err = SnapshotError("hf_snapshot could not write under %s: %s%s; fix that path (a file where a folder must "
+                            "be, permissions, a read-only or full filesystem) and run again"
+                            % (params.get("dest"), exc.strerror or exc, " (%s)" % exc.filename if exc.filename else ""))
+        err.mask(token)
+        raise err from exc
 
 
 def _row(item: _plan.Item, action: str) -> dict[str, Any]:

@@ -57,7 +57,7 @@ def place(item: _snapshot_plan.Item, staged: str, dest: str, *, created: bool = 
     its mode is that file's and stays as it is.
     """
     final = _paths.dest_path(dest, item.remote.path)
-    os.makedirs(os.path.dirname(final), exist_ok=True)
+    _folder_for(final, dest)
     if os.path.isdir(final) and not os.path.islink(final):
         raise SnapshotError("%s is a directory where the revision has a file; move it away" % final)
     if created:
@@ -66,6 +66,18 @@ def place(item: _snapshot_plan.Item, staged: str, dest: str, *, created: bool = 
     item.final = final
     # After the chmod and the rename: both move ctime, and the record must describe the file as it stays.
     item.stat = _manifest.stat_record(final)
+
+
+def _folder_for(final: str, dest: str) -> None:
+    """Make ``final``'s folder, or say which file of the tree stands where the revision has a folder."""
+    folder = os.path.dirname(final)
+    probe = folder
+    while len(probe) > len(dest):
+        if os.path.lexists(probe) and not os.path.isdir(probe):
+            raise SnapshotError("%s is a file where the revision has a folder (for %s); move it away"
+                                % (probe, os.path.relpath(final, dest)))
+        probe = os.path.dirname(probe)
+    os.makedirs(folder, exist_ok=True)
 
 
 def _share_record(shared: dict | None, fresh: dict) -> dict:

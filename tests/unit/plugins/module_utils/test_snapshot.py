@@ -202,6 +202,18 @@ def test_disk_preflight_names_needed_and_free(lab_hub, aria2c, tmp_path):
     assert lab_hub.log(server="cdn") == []
 
 
+def test_a_dest_the_filesystem_refuses_is_one_message_not_a_traceback(lab_hub, aria2c, tmp_path):
+    """dest below a regular file: makedirs raised NotADirectoryError out of the module (a traceback)."""
+    (tmp_path / "f").write_bytes(b"a file, not a folder")
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        run(lab_hub, tmp_path / "f" / "d", allow_patterns=["config.json"], token="hf_s3cret")
+    msg = err.value.msg
+    assert msg.startswith("hf_snapshot could not write under %s: Not a directory" % (tmp_path / "f" / "d")), msg
+    assert "fix that path" in msg and "hf_s3cret" not in msg
+    assert isinstance(err.value.__cause__, OSError)
+    assert (tmp_path / "f").read_bytes() == b"a file, not a folder"
+
+
 def test_strays_reported_and_pruned(lab_hub, aria2c, tmp_path):
     dest = tmp_path / "d"
     run(lab_hub, dest, allow_patterns=["*.json"])

@@ -75,6 +75,27 @@ def test_place_renames_into_the_tree(tmp_path):
     assert "is a directory" in err.value.msg
 
 
+@pytest.mark.parametrize("in_the_way", ["sub", "sub/deeper"])
+def test_a_file_where_the_revision_has_a_folder_is_named_not_a_traceback(tmp_path, in_the_way):
+    """A file (or a dangling link) of the tree stands where a listed path needs a folder: the message
+    names it (before: NotADirectoryError/FileExistsError from makedirs, a traceback)."""
+    dest = tmp_path / "d"
+    staging = _snapshot_staging.make_staging(str(dest))
+    item = sf.item_for(dest, "sub/deeper/a.safetensors", DATA)
+    os.makedirs(os.path.dirname(str(dest / in_the_way)), exist_ok=True)
+    (dest / in_the_way).write_bytes(b"an old file")
+    staged = sf.write(staging, item.key, DATA)
+    with pytest.raises(SnapshotError) as err:
+        _snapshot_staging.place(item, staged, str(dest))
+    assert err.value.msg.startswith("%s is a file where the revision has a folder" % (dest / in_the_way)), err.value.msg
+    assert "move it away" in err.value.msg and os.path.exists(staged)
+    assert (dest / in_the_way).read_bytes() == b"an old file"
+    os.unlink(str(dest / in_the_way))
+    os.symlink("missing", str(dest / in_the_way))  # dangling, inside dest (a link out is _paths' refusal)
+    with pytest.raises(SnapshotError, match="is a file where the revision has a folder"):
+        _snapshot_staging.place(item, staged, str(dest))
+
+
 def test_link_from_source_checks_the_source(tmp_path):
     v1, dest = tmp_path / "v1", tmp_path / "v2"
     source = sf.write(v1, "a.safetensors", DATA)
