@@ -435,7 +435,7 @@ def download_direct(opener, url, out_path, token=None, timeout=60.0, chunk=1 << 
 
     For bytes the endpoint serves without a redirect when a token is needed (gated/private repos'
     small files): the token then goes to the endpoint only, in-process, never to aria2. Redirects
-    are not followed. Returns the number of body bytes received.
+    are not followed. Returns the number of body bytes received. Thread-safe (one request, one file).
     """
     have = os.path.getsize(out_path) if os.path.exists(out_path) else 0
     headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
@@ -453,12 +453,15 @@ def download_direct(opener, url, out_path, token=None, timeout=60.0, chunk=1 << 
     received = 0
     with resp:
         mode = "ab" if have and resp.status == 206 else "wb"
+        # read1 + flush: the staging file (what progress counts) grows as bytes arrive, not by 1 MiB steps
+        read = getattr(resp, "read1", resp.read)
         with open(out_path, mode) as handle:
             while True:
-                data = resp.read(chunk)
+                data = read(chunk)
                 if not data:
                     break
                 handle.write(data)
+                handle.flush()
                 received += len(data)
     return received
 

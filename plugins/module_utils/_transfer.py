@@ -19,7 +19,8 @@ A source is any object with
 - ``resolve(items) -> [(item, Resolution)]``: a URL per item, or the error of this round; raises
   SnapshotError for what no retry can fix;
 - ``download(url, out_path)``: fetch a URL the source marked ``direct`` (bytes the source's own
-  endpoint serves, with its credentials), raising SourceError;
+  endpoint serves, with its credentials), raising SourceError; called from several threads at once
+  (``_transfer_direct``: up to ``parallel_files`` direct files, while the batch's aria2c runs);
 
 ``HubSource`` is the Hub's ``/resolve/`` endpoint. Each file is hashed once, here, in a thread pool,
 as soon as aria2's log says it is complete, while the other files still download.
@@ -34,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hashing, _hub, _manifest, _paths
-from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_plan, _snapshot_staging
+from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_plan, _snapshot_staging, _transfer_direct
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError, backoff
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_progress import PROGRESS_INTERVAL
 
@@ -285,29 +286,39 @@ class _Round(object):
                 direct.append((item, res.url))
             else:
                 batch.append((item, res.url))
-        for item, url in direct:
-            self._direct(item, url)
-        if batch:
-            self._aria2(batch)
+        # Direct files download beside aria2, not before it: a gated repo's small files must not
+        # hold its large ones back.
+        fetches = _transfer_direct.DirectFetches(self._fetch_direct, workers=self.t.aria2.parallel_files)
+        try:
+            fetches.start(direct)
+            if batch:
+                self._aria2(batch)
+            results = fetches.wait(self.t.progress.write, PROGRESS_INTERVAL)
+        finally:
+            fetches.close()
+        for item, result in results:
+            if result.digest is None:
+                self._failed(item, result.error, result.retry_after)
+            else:
+                item.sha256 = result.digest
+                self.t.placed(item)
 
     def _failed(self, item: _snapshot_plan.Item, error: str, retry_after: float = 0.0) -> None:
         self.t.errors[item.remote.path] = error
         self.wait_hint = max(self.wait_hint, retry_after or 0.0)
 
-    def _direct(self, item: _snapshot_plan.Item, url: str) -> None:
+    def _fetch_direct(self, item: _snapshot_plan.Item, url: str) -> _transfer_direct.DirectResult:
+        """In a worker thread: download and verify one direct file; the round's thread places it."""
         staged = self.t.staged(item)
         try:
             self.t.source.download(url, staged)
         except SourceError as exc:
-            self._failed(item, exc.message, exc.retry_after)
-            return
+            return _transfer_direct.DirectResult(None, exc.message, exc.retry_after)
         ok, digest = _snapshot_plan.verify_local(staged, item.remote)
         if not ok:
-            os.unlink(staged)
-            self._failed(item, "downloaded bytes do not match the Hub's id")
-            return
-        item.sha256 = digest
-        self.t.placed(item)
+            _snapshot_staging.remove(staged)
+            return _transfer_direct.DirectResult(None, "downloaded bytes do not match the Hub's id")
+        return _transfer_direct.DirectResult(digest)
 
     def _hash_later(self, key: str) -> None:
         """Our single hash pass over a file, started as soon as aria2 reports it complete (it has
