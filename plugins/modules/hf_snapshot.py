@@ -24,7 +24,8 @@ description:
     anything on its command line, and never the token. A file the endpoint serves itself to a token
     holder (no redirect, e.g. small files of a gated repo) is fetched by the module itself without
     following redirects, so the token cannot reach another host (aria2 resends its headers to wherever
-    a redirect points). Public repos are fetched without a token.
+    a redirect points and cannot refuse one): up to O(parallel_files) such files at once, while aria2
+    fetches the rest of the batch, with progress. Public repos are fetched without a token.
   - Writes C(dest/.gpufleet/manifest.json) atomically under an exclusive lock on O(dest), with the
     commit and every file's path, size, sha256, the Hub's id for it and a stat record for cheap re-checks.
   - A stat record is (size, mtime, ctime, inode), taken after the module's own last change to the file (its rename
@@ -117,7 +118,8 @@ options:
     default: 16
   parallel_files:
     description:
-      - Files fetched at once (aria2 C(--max-concurrent-downloads)).
+      - Files fetched at once (aria2 C(--max-concurrent-downloads)); also the most files the endpoint
+        serves itself to a token holder (fetched by the module, see above) downloaded at once.
       - Connections in flight are about O(parallel_files) times O(connections) (capped by
         O(splits) and by the file size over O(min_split_size)); they must exceed the link rate
         divided by the per-connection rate of the CDN (160 MiB/s at 10 MiB/s per connection needs
