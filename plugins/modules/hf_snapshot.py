@@ -24,8 +24,8 @@ description:
     anything on its command line, and never the token. A file the endpoint serves itself to a token
     holder (no redirect, e.g. small files of a gated repo) is fetched by the module itself without
     following redirects, so the token cannot reach another host (aria2 resends its headers to wherever
-    a redirect points and cannot refuse one): up to O(parallel_files) such files at once, while aria2
-    fetches the rest of the batch, with progress. Public repos are fetched without a token.
+    a redirect points and cannot refuse one). Up to O(parallel_files) such files download at once,
+    while aria2 fetches the rest of the batch, with progress. Public repos are fetched without a token.
   - Writes C(dest/.gpufleet/manifest.json) atomically under an exclusive lock on O(dest), with the
     commit and every file's path, size, sha256, the Hub's id for it and a stat record for cheap re-checks.
   - A stat record is (size, mtime, ctime, inode), taken after the module's own last change to the file (its rename
