@@ -25,6 +25,10 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors impo
 STAGING = "staging"
 # aria2's input file, log and output while it runs (inside staging, so mode 0700 covers them).
 ARIA2_WORKDIR = "run"
+# Beside a staging file that a direct download (the module's own GET, _transfer_direct) is writing:
+# its bytes are a true prefix (written in order, never preallocated), so a later round resumes it by
+# Range instead of starting over; aria2's files have their .aria2 control file instead.
+DIRECT_MARK = ".direct"
 # Hard links cannot be made here (another filesystem, or one without them): fetch instead.
 _NO_HARD_LINK = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP)
 
@@ -171,13 +175,18 @@ def settle_leftover(item: _snapshot_plan.Item, staged: str) -> bool:
     Returns True when the file is whole and verified (ready to place).
     """
     ctrl = staged + ".aria2"
+    marker = staged + DIRECT_MARK
     if not os.path.exists(staged):
-        if os.path.exists(ctrl):
-            os.unlink(ctrl)
+        remove(ctrl, marker)
         return False
     if os.path.exists(ctrl):
         item.resumed = True
         return False
+    if os.path.exists(marker):
+        if os.path.getsize(staged) < item.remote.size:
+            item.resumed = True  # a direct download's prefix: its next GET asks for the rest (Range)
+            return False
+        remove(marker)  # as long as the file, or longer: only its hash decides, below
     ok, digest = _snapshot_plan.verify_local(staged, item.remote)
     if ok:
         item.sha256 = digest
@@ -185,6 +194,12 @@ def settle_leftover(item: _snapshot_plan.Item, staged: str) -> bool:
         return True
     os.unlink(staged)
     return False
+
+
+def mark_direct(staged: str) -> None:
+    """``staged`` is (about to be) written by a direct download, in order: see DIRECT_MARK."""
+    with open(staged + DIRECT_MARK, "a"):
+        pass
 
 
 def cleanup(dest: str) -> None:

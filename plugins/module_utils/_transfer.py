@@ -310,11 +310,18 @@ class _Round(object):
     def _fetch_direct(self, item: _snapshot_plan.Item, url: str) -> _transfer_direct.DirectResult:
         """In a worker thread: download and verify one direct file; the round's thread places it."""
         staged = self.t.staged(item)
+        _snapshot_staging.mark_direct(staged)
         try:
             self.t.source.download(url, staged)
         except SourceError as exc:
+            # the bytes that arrived stay, marked: the next round asks only for the rest
             return _transfer_direct.DirectResult(None, exc.message, exc.retry_after)
+        have = os.path.getsize(staged) if os.path.exists(staged) else 0
+        if have < item.remote.size:
+            # the body ended early (a closed connection reads as the end): keep the prefix, marked
+            return _transfer_direct.DirectResult(None, "GET: the body ended after %d of %d bytes" % (have, item.remote.size))
         ok, digest = _snapshot_plan.verify_local(staged, item.remote)
+        _snapshot_staging.remove(staged + _snapshot_staging.DIRECT_MARK)
         if not ok:
             _snapshot_staging.remove(staged)
             return _transfer_direct.DirectResult(None, "downloaded bytes do not match the Hub's id")

@@ -58,6 +58,30 @@ def test_leftovers_are_hashed_before_they_count(tmp_path):
     assert item.sha256 == hashlib.sha256(DATA).hexdigest()
 
 
+def test_a_direct_downloads_prefix_is_kept_for_its_range_resume(tmp_path):
+    """A prefix the module's own GET wrote (marked DIRECT_MARK) is resumed, not taken for a
+    preallocated aria2 file; a whole-length one is hashed like any other, and the mark goes."""
+    staging = _snapshot_staging.make_staging(str(tmp_path))
+    item = sf.item_for(tmp_path, "a.safetensors", DATA)
+    staged = os.path.join(staging, item.key)
+    sf.write(staging, item.key, DATA[:100])
+    _snapshot_staging.mark_direct(staged)
+    assert not _snapshot_staging.settle_leftover(item, staged) and item.resumed
+    assert os.path.getsize(staged) == 100 and os.path.exists(staged + _snapshot_staging.DIRECT_MARK)
+    # unmarked, the same prefix is not trusted (aria2 -c would take it as done up to its length)
+    os.unlink(staged + _snapshot_staging.DIRECT_MARK)
+    item.resumed = False
+    assert not _snapshot_staging.settle_leftover(item, staged) and not os.path.exists(staged) and not item.resumed
+    # marked and whole: hashed, the mark removed
+    sf.write(staging, item.key, DATA)
+    _snapshot_staging.mark_direct(staged)
+    assert _snapshot_staging.settle_leftover(item, staged) and not os.path.exists(staged + _snapshot_staging.DIRECT_MARK)
+    # a mark without its file goes
+    os.unlink(staged)
+    _snapshot_staging.mark_direct(staged)
+    assert not _snapshot_staging.settle_leftover(item, staged) and not os.listdir(staging)
+
+
 def test_place_renames_into_the_tree(tmp_path):
     dest = tmp_path / "d"
     staging = _snapshot_staging.make_staging(str(dest))

@@ -105,7 +105,7 @@ def test_direct_errors_and_retry_after_are_kept_by_the_round(tmp_path):
     are unlinked; the good files are placed."""
     dest = tmp_path / "d"
     items = fetch_items(dest, 3)
-    blobs = {"mem://f0.json": b'{"n": 0}\n', "mem://f1.json": b"wrong", "mem://f2.json": b'{"n": 2}\n'}
+    blobs = {"mem://f0.json": b'{"n": 0}\n', "mem://f1.json": b'{"n": 9}\n', "mem://f2.json": b'{"n": 2}\n'}
     source = GateSource(blobs, 3, fail={"mem://f2.json": _transfer.SourceError("GET: 429 slow down", 7.0)})
     transfer = direct_transfer(dest, items, source, 3)
     _snapshot_staging.make_staging(str(dest))
@@ -227,9 +227,15 @@ def test_direct_files_overlap_so_a_slow_one_holds_no_other_back(lab_hub, aria2c,
     assert tap.released and seen, "the other direct files waited for the stalled one"
     check_tree(lab_hub, res, tmp_path / "g", paths)
     # the stalled GET was ended by the test (the Hub logs it once its stall is over) and the next
-    # round fetched the file whole, with the token
+    # round fetched the rest of the file (all of it when no byte had arrived yet), with the token
     gets = [e for e in lab_hub.log(server="api") if e["method"] == "GET" and e["path"].endswith("/" + STALLED)]
-    assert [(e["status"], e["bytes_sent"], e["auth_present"]) for e in gets] == [(200, files[STALLED]["size"], True)]
+    assert len(gets) == 1 and gets[0]["auth_present"], gets
+    size = files[STALLED]["size"]
+    if gets[0]["range"] is None:
+        assert (gets[0]["status"], gets[0]["bytes_sent"]) == (200, size)
+    else:
+        have = int(gets[0]["range"][len("bytes="):-1])
+        assert 0 < have <= STALL_BYTES and (gets[0]["status"], gets[0]["bytes_sent"]) == (206, size - have), gets
     assert [r["fired"] for r in lab_hub.fault_state()] == [1]
 
 
@@ -248,6 +254,27 @@ def test_progress_shows_a_direct_file_growing(lab_hub, aria2c, tmp_path, monkeyp
     assert tap.released and seen, "no progress write while the direct file was downloading"
     assert seen[0]["bytes_done"] < seen[0]["bytes_total"] and seen[0]["state"] == "running"
     check_tree(lab_hub, res, tmp_path / "g", [STALLED])
+
+
+def test_a_cut_direct_download_resumes_where_it_stopped(lab_hub, aria2c, tmp_path, monkeypatch):
+    """The direct GET is cut once STALL_BYTES arrived: the next round asks for the rest only (Range),
+    and the file is whole and right. Before, the round's leftover check took the prefix for a
+    preallocated file (no .aria2 control file), deleted it and fetched everything again."""
+    dummy, files = lab_hub.files_at(GATED, "main")
+
+    def until(data):
+        return data["bytes_done"] >= STALL_BYTES and still_stalled(lab_hub)
+
+    res, tap = stalled_run(lab_hub, tmp_path, monkeypatch, until, allow_patterns=[STALLED])
+    assert tap.released
+    check_tree(lab_hub, res, tmp_path / "g", [STALLED])
+    assert [f["action"] for f in res["files"]] == ["resumed"], res["files"]
+    gets = [e for e in lab_hub.log(server="api") if e["method"] == "GET" and e["path"].endswith("/" + STALLED)]
+    size = files[STALLED]["size"]
+    assert [(e["range"], e["status"], e["bytes_sent"], e["auth_present"]) for e in gets] == [
+        ("bytes=%d-" % STALL_BYTES, 206, size - STALL_BYTES, True)], gets
+    staging = _snapshot_staging.staging_dir(str(tmp_path / "g"))
+    assert not os.path.exists(staging), os.listdir(staging)  # no marker left behind
 
 
 def test_aria2_runs_while_a_direct_file_downloads(lab_hub, aria2c, tmp_path, monkeypatch):
