@@ -30,11 +30,10 @@ from urllib import error as _urlerror
 from urllib import parse as _urlparse
 from urllib import request as _urlrequest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _paths
+# The listing's answers are checked where they enter (_hub_answers); their names are _hub's too.
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub_answers import (  # noqa: F401  pylint: disable=unused-import
+    RemoteFile, UntrustedAnswerError, check_tree, checked_file, is_hex, shown)
 
-# sha256 is None for a non-LFS file: the Hub gives only its git blob id (blob_id); callers hash the
-# bytes they receive, check them against blob_id and record the sha256 themselves.
-RemoteFile = collections.namedtuple("RemoteFile", ["path", "size", "blob_id", "sha256", "lfs"])
 
 
 def hf_api(endpoint: str | None = None, token: str | bool | None = None, *, proxy: str | None = None,
@@ -200,9 +199,9 @@ def resolve_commit(api, repo_id, revision, repo_type="model"):
     """
     info = api.repo_info(repo_id, revision=revision, repo_type=repo_type, timeout=getattr(api, "timeout", None))
     sha = getattr(info, "sha", None)
-    if not _is_hex(sha, 40):
+    if not is_hex(sha, 40):
         raise UntrustedAnswerError("its answer for revision %r of %s carries no 40-hex commit sha (got %s)"
-                                   % (revision, repo_id, _shown(sha)))
+                                   % (revision, repo_id, shown(sha)))
     return sha
 
 
@@ -218,16 +217,16 @@ def list_revision(api, repo_id, commit, repo_type="model"):
         # huggingface_hub builds each entry from the JSON as it comes: a missing or mistyped field
         # surfaces here, from the answer, not from a bug of ours.
         raise UntrustedAnswerError("the listing of %s@%s is malformed (%s: %s)"
-                                   % (repo_id, commit, type(exc).__name__, _shown(str(exc))))
+                                   % (repo_id, commit, type(exc).__name__, shown(str(exc))))
     files = []
     for entry in entries:
         if not hasattr(entry, "blob_id"):  # a folder
             continue
         lfs = getattr(entry, "lfs", None)
-        files.append(_checked_file(repo_id, commit, entry.path, size=entry.size, blob_id=entry.blob_id,
+        files.append(checked_file(repo_id, commit, entry.path, size=entry.size, blob_id=entry.blob_id,
                                    sha256=lfs.sha256 if lfs else None, lfs=bool(lfs)))
     files.sort(key=lambda f: f.path)
-    _check_tree(repo_id, commit, files)
+    check_tree(repo_id, commit, files)
     return files
 
 
@@ -464,59 +463,3 @@ def download_direct(opener, url, out_path, token=None, timeout=60.0, chunk=1 << 
                 handle.flush()
                 received += len(data)
     return received
-
-
-# ----------------------------------------------------------------------------- answers checked on entry
-#
-# A listing's ids and paths become file names (staging files are named by content id, final paths by
-# path): anything but the exact shapes the Hub uses could walk out of the destination.
-
-
-class UntrustedAnswerError(Exception):
-    """The endpoint answered what no honest Hub answers (a malformed id, path or commit): never retried."""
-
-
-_HEX = frozenset("0123456789abcdef")
-
-
-def _is_hex(value, length):
-    return isinstance(value, str) and len(value) == length and set(value) <= _HEX
-
-
-def _shown(value):
-    """A remote value as an error shows it: quoted, cut to 120 characters."""
-    text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
-def _checked_file(repo_id, commit, path, *, size, blob_id, sha256, lfs):
-    """A RemoteFile from one listing entry, or UntrustedAnswerError naming the file and the bad field."""
-    try:
-        _paths.check_relative(path)
-    except _paths.UnsafePathError as exc:
-        raise UntrustedAnswerError("the listing of %s@%s names an unsafe path: %s" % (repo_id, commit, exc))
-    problem = None
-    if not _is_hex(blob_id, 40):
-        problem = "git blob id (oid) %s is not 40 lowercase hex digits" % _shown(blob_id)
-    elif lfs and not _is_hex(sha256, 64):
-        problem = "LFS sha256 (lfs.oid) %s is not 64 lowercase hex digits" % _shown(sha256)
-    elif isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        problem = "size %s is not a byte count" % _shown(size)
-    if problem:
-        raise UntrustedAnswerError("the listing of %s@%s gives %s a malformed %s" % (repo_id, commit, _shown(path), problem))
-    return RemoteFile(path=path, size=size, blob_id=blob_id, sha256=sha256 if lfs else None, lfs=lfs)
-
-
-def _check_tree(repo_id, commit, files):
-    """A git tree names each path once, and never a file and a folder alike: else placing would crash."""
-    paths = set()
-    for remote in files:
-        if remote.path in paths:
-            raise UntrustedAnswerError("the listing of %s@%s names %s twice" % (repo_id, commit, _shown(remote.path)))
-        paths.add(remote.path)
-    for remote in files:
-        parts = remote.path.split("/")
-        for depth in range(1, len(parts)):
-            if "/".join(parts[:depth]) in paths:
-                raise UntrustedAnswerError("the listing of %s@%s names %s both as a file and as a folder (of %s)"
-                                           % (repo_id, commit, _shown("/".join(parts[:depth])), _shown(remote.path)))
