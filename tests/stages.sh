@@ -208,6 +208,7 @@ do_integration() {
     local out=$CACHE/run/integration.log rc=0
     (cd "$COLL" && PATH=$VENV/bin:$PATH ansible-test integration --venv --python 3.11 --requirements --color no) 2>&1 \
         | tee "$out" || rc=$?
+    grep '^== target ' "$out" | while IFS= read -r line; do log "integration: ${line#== target }"; done || true
     if [ $rc -ne 0 ]; then log "integration: ansible-test failed (exit $rc)"; return $rc; fi
     # ansible-test exits 0 when every target was skipped: that is no test at all.
     if grep -q "All targets skipped" "$out"; then log "integration: no target ran"; return 1; fi
