@@ -35,7 +35,6 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._hub_answers import (
     RemoteFile, UntrustedAnswerError, check_tree, checked_file, is_hex, shown)
 
 
-
 def hf_api(endpoint: str | None = None, token: str | bool | None = None, *, proxy: str | None = None,
            validate_certs: bool = True, ca_path: str | None = None, timeout: float | None = None) -> _ConfiguredApi:
     """An HfApi bound to ``endpoint`` (None: HF_ENDPOINT or the public Hub) and ``token``, whose every
@@ -224,7 +223,7 @@ def list_revision(api, repo_id, commit, repo_type="model"):
             continue
         lfs = getattr(entry, "lfs", None)
         files.append(checked_file(repo_id, commit, entry.path, size=entry.size, blob_id=entry.blob_id,
-                                   sha256=lfs.sha256 if lfs else None, lfs=bool(lfs)))
+                                  sha256=lfs.sha256 if lfs else None, lfs=bool(lfs)))
     files.sort(key=lambda f: f.path)
     check_tree(repo_id, commit, files)
     return files

@@ -64,7 +64,8 @@ lab_run_at_exit() {
 trap lab_run_at_exit EXIT
 # Registered first, so it runs last: each target's wall time in the integration log (make test's
 # budget is watched per target; `grep '^== target' integration.log` lists them).
-at_exit eval 'echo "== target $(basename "$TARGET_DIR") took ${SECONDS} s"'
+lab_took() { echo "== target $(basename "$TARGET_DIR") took ${SECONDS} s"; }
+at_exit lab_took
 
 LAB_TMP=$(mktemp -d)
 at_exit rm -rf "$LAB_TMP"
