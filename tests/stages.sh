@@ -198,20 +198,68 @@ do_lab_stale() {
 do_lab_status() { "$PY" "$ROOT/tests/lab/labctl.py" status; }
 do_teardown_check() { run_pytest tests/lab/tests/test_lab_teardown.py -q; }
 
+# make test boots TEST_LAB_HOSTS (4) lab hosts and runs the integration targets in two lanes at
+# once, each on its own pair of hosts under the names the targets know (gpu1, gpu2), from its own
+# copy of the collection: sglang_role (the longest target, about half the total) on hosts 3-4, all
+# the others on hosts 1-2. Most of a target's time is waiting on hosts (about half the controller's
+# CPU is idle), so the lanes overlap well. The lanes share only the lab Hub, which they read (the one
+# target that resets and faults a Hub, hf_snapshot, runs its own private instance). A lab of fewer
+# than 4 hosts (`make lab-up` gives 2) runs every target in one lane, as before.
+TEST_LAB_HOSTS=${TEST_LAB_HOSTS:-4}
+LANE2_TARGETS=(sglang_role)
+
+lab_host_count() { grep -c '^gpu[0-9]* ansible_host=' "$INVENTORY" 2>/dev/null || true; }
+
+# lane_inventory DIR FIRST: DIR/inventory.ini holding lab hosts FIRST and FIRST+1 as gpu1 and gpu2 (the
+# lab's vars kept), and DIR/lab.json (what lab.sh and the targets read beside the inventory).
+lane_inventory() {
+    mkdir -p "$1"
+    ln -sfn "$CACHE/run/lab.json" "$1/lab.json"
+    awk -v first="$2" '
+        /^gpu[0-9]+ ansible_host=/ {
+            n = substr($1, 4) - first + 1
+            if (n >= 1 && n <= 2) { $1 = "gpu" n; print }
+            next
+        }
+        { print }' "$INVENTORY" > "$1/inventory.ini"
+}
+
+# run_lane NAME COLL INVENTORY [ansible-test target args...]: one ansible-test integration from its own
+# copy of the collection; its output streams prefixed with [NAME] and is kept in run/integration-NAME.log.
+run_lane() {
+    local name=$1 coll=$2 inv=$3 out rc=0
+    shift 3
+    out=$CACHE/run/integration-$name.log
+    mkdir -p "$coll"
+    rsync -a --delete --delete-excluded --exclude .git --exclude tests/output --filter=':- .gitignore' "$ROOT/" "$coll/"
+    printf 'GPUFLEET_LAB_INVENTORY=%q\nGPUFLEET_LAB_WHEELHOUSE=%q\nGPUFLEET_LAB_DIR=%q\n' "$inv" "$CACHE/wheelhouse/tools" "$coll/tests/lab" \
+        > "$coll/tests/integration/lab.env"
+    (cd "$coll" && PATH=$VENV/bin:$PATH ansible-test integration --venv --python 3.11 --requirements --color no "$@") 2>&1 \
+        | tee "$out" | sed -u "s/^/[$name] /" || rc=$?
+    grep '^== target ' "$out" | while IFS= read -r line; do log "integration [$name]: ${line#== target }"; done || true
+    if [ $rc -ne 0 ]; then log "integration [$name]: ansible-test failed (exit $rc)"; return $rc; fi
+    # ansible-test exits 0 when every target was skipped: that is no test at all.
+    if grep -q "All targets skipped" "$out"; then log "integration [$name]: no target ran"; return 1; fi
+}
+
 do_integration() {
     sync_collection
-    printf 'GPUFLEET_LAB_INVENTORY=%q\nGPUFLEET_LAB_WHEELHOUSE=%q\nGPUFLEET_LAB_DIR=%q\n' "$INVENTORY" "$CACHE/wheelhouse/tools" "$COLL/tests/lab" \
-        > "$COLL/tests/integration/lab.env"
     # ansible-test runs each target from a copy without lab.env or tests/lab: the targets find the
     # lab's files through this link in the cache (lab.sh).
     ln -sfn "$COLL/tests/lab" "$CACHE/run/lab-dir"
-    local out=$CACHE/run/integration.log rc=0
-    (cd "$COLL" && PATH=$VENV/bin:$PATH ansible-test integration --venv --python 3.11 --requirements --color no) 2>&1 \
-        | tee "$out" || rc=$?
-    grep '^== target ' "$out" | while IFS= read -r line; do log "integration: ${line#== target }"; done || true
-    if [ $rc -ne 0 ]; then log "integration: ansible-test failed (exit $rc)"; return $rc; fi
-    # ansible-test exits 0 when every target was skipped: that is no test at all.
-    if grep -q "All targets skipped" "$out"; then log "integration: no target ran"; return 1; fi
+    if [ "$(lab_host_count)" -lt 4 ]; then
+        run_lane all "$COLL" "$INVENTORY"
+        return
+    fi
+    lane_inventory "$CACHE/lane1" 1
+    lane_inventory "$CACHE/lane2" 3
+    local exclude=() t pid1 rc1=0 rc2=0
+    for t in "${LANE2_TARGETS[@]}"; do exclude+=(--exclude "$t"); done
+    run_lane lane1 "$COLL" "$CACHE/lane1/inventory.ini" "${exclude[@]}" &
+    pid1=$!
+    run_lane lane2 "$COLL_PARENT-lane2/ansible_collections/gpufleet/llm" "$CACHE/lane2/inventory.ini" "${LANE2_TARGETS[@]}" || rc2=$?
+    wait "$pid1" || rc1=$?
+    [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]
 }
 
 # --- demo ----------------------------------------------------------------------------------------
@@ -252,6 +300,7 @@ run_test() {
     # nothing else builds it before the units).
     stage lab-local do_lab_local || failed=1
     stage units do_units || failed=1
+    LAB_HOSTS=$TEST_LAB_HOSTS   # two lanes of integration targets, a pair of hosts each
     if stage lab-up do_lab_up; then
         stage lab-tests do_lab_marked || failed=1
         stage integration do_integration || failed=1

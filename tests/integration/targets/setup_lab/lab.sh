@@ -63,7 +63,7 @@ lab_run_at_exit() {
 }
 trap lab_run_at_exit EXIT
 # Registered first, so it runs last: each target's wall time in the integration log (make test's
-# budget is watched per target; `grep '^== target' integration.log` lists them).
+# budget is watched per target; the integration stage of tests/stages.sh lists them).
 lab_took() { echo "== target $(basename "$TARGET_DIR") took ${SECONDS} s"; }
 at_exit lab_took
 
