@@ -67,10 +67,16 @@ def proxy_problem(proxy: str) -> str | None:
     """Why ``proxy`` cannot be used (None: it can): an http:// URL is what aria2's all-proxy and the
     listing's client both speak; a socks5:// one would fail deep inside the HTTP library. The URL
     itself is never shown: it may carry user:password."""
-    parts = _urlparse.urlsplit(proxy)
+    try:
+        parts = _urlparse.urlsplit(proxy)
+        port = parts.port  # ValueError for a port that is no number or out of range
+    except ValueError:
+        return "proxy is not a valid http://[user:password@]host[:port] URL (its host or port cannot be read)"
     if parts.scheme != "http" or not parts.hostname:
         return ("proxy must be an http://[user:password@]host[:port] URL (what aria2 and the listing both "
                 "support), got a URL with scheme %r" % (parts.scheme or "none"))
+    if port == 0:
+        return "proxy is not a valid http://[user:password@]host[:port] URL (port 0)"
     return None
 
 
@@ -235,7 +241,7 @@ def list_revision(api, repo_id, commit, repo_type="model"):
 # the token with a URL that redirects. The token goes to the endpoint in a HEAD on /resolve/ that does
 # not follow the redirect; aria2 then gets the signed CDN URL (which authorises itself) and no header.
 # A URL the endpoint answers itself (``direct``: no redirect) needs the token on the GET too: that
-# GET is made here (download_direct), never by aria2, and does not follow redirects either.
+# GET is made in-process (_transfer_direct.download_direct), never by aria2, and does not follow redirects either.
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 USER_AGENT = "gpufleet.llm-hf_snapshot"
@@ -368,7 +374,7 @@ def signed_url_expiry(url: str) -> int | None:
     return None
 
 
-def _error_message(exc):
+def error_message(exc):
     message = exc.headers.get("X-Error-Message") if exc.headers else None
     if not message:
         try:
@@ -403,7 +409,7 @@ def resolve_file(opener, endpoint, repo_id, commit, path, *, token=None, repo_ty
         except _urlerror.HTTPError as exc:
             status, headers = exc.code, exc.headers
             if not 300 <= status < 400:
-                raise HubHTTPError(status, _error_message(exc), retry_after_seconds(headers.get("Retry-After")), url=path)
+                raise HubHTTPError(status, error_message(exc), retry_after_seconds(headers.get("Retry-After")), url=path)
         commit_seen = headers.get("X-Repo-Commit") or commit_seen
         sha256 = _strip_quotes(headers.get("X-Linked-Etag")) or sha256
         linked_size = headers.get("X-Linked-Size")
@@ -426,39 +432,3 @@ def resolve_file(opener, endpoint, repo_id, commit, path, *, token=None, repo_ty
             size = int(length) if length and length.isdigit() else None
         return ResolvedURL(url, True, size, sha256, etag, commit_seen, None)
     raise HubHTTPError(310, "more than %d same-origin redirects resolving %s" % (max_hops, path), url=path)
-
-
-def download_direct(opener, url, out_path, token=None, timeout=60.0, chunk=1 << 20):
-    """GET ``url`` from the endpoint itself into ``out_path`` (resuming an existing prefix).
-
-    For bytes the endpoint serves without a redirect when a token is needed (gated/private repos'
-    small files): the token then goes to the endpoint only, in-process, never to aria2. Redirects
-    are not followed. Returns the number of body bytes received. Thread-safe (one request, one file).
-    """
-    have = os.path.getsize(out_path) if os.path.exists(out_path) else 0
-    headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
-    if have:
-        headers["Range"] = "bytes=%d-" % have
-    req = _urlrequest.Request(url, headers=headers)
-    if token:
-        req.add_unredirected_header("Authorization", "Bearer %s" % token)
-    try:
-        resp = opener.open(req, timeout=timeout)
-    except _urlerror.HTTPError as exc:
-        if exc.code == 416 and have:
-            return 0  # already whole; the caller's hash decides
-        raise HubHTTPError(exc.code, _error_message(exc), retry_after_seconds(exc.headers.get("Retry-After")), url=url)
-    received = 0
-    with resp:
-        mode = "ab" if have and resp.status == 206 else "wb"
-        # read1 + flush: the staging file (what progress counts) grows as bytes arrive, not by 1 MiB steps
-        read = getattr(resp, "read1", resp.read)
-        with open(out_path, mode) as handle:
-            while True:
-                data = read(chunk)
-                if not data:
-                    break
-                handle.write(data)
-                handle.flush()
-                received += len(data)
-    return received

@@ -24,14 +24,17 @@ signed CDN URL aria2 then fetches without any header. Public repos get no token 
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hub, _manifest, _paths, _strays, _transfer
+from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hub, _manifest, _paths, _secrets, _strays
+from ansible_collections.gpufleet.llm.plugins.module_utils import _transfer
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_listing as _listing
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_plan as _plan
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_staging as _staging
@@ -113,12 +116,24 @@ def snapshot(params: Mapping[str, Any], check_mode: bool = False,
         raise
     except OSError as exc:
         # What the filesystem refused that no check above foresaw (a file where dest needs a folder,
-        # a read-only mount, no space for the manifest): one message naming the path, never a traceback.
-        err = SnapshotError("hf_snapshot could not write under %s: %s%s; fix that path (a file where a folder must "
+        # a read-only mount, a full disk, an unreadable link_from): one message naming the paths, and
+        # the traceback for -vvv (a bug of ours would surface there, not hide behind the message).
+        err = SnapshotError("the filesystem refused an operation under %s: %s%s; fix that (a file where a folder must "
                             "be, permissions, a read-only or full filesystem) and run again"
-                            % (params.get("dest"), exc.strerror or exc, " (%s)" % exc.filename if exc.filename else ""))
+                            % (params.get("dest"), _os_error(exc), _os_paths(exc)),
+                            exception=_secrets.mask(traceback.format_exc(), token))
         err.mask(token)
         raise err from exc
+
+
+def _os_error(exc: OSError) -> str:
+    name = errno.errorcode.get(exc.errno or 0)
+    return "%s%s" % (exc.strerror or exc, " (%s)" % name if name else "")
+
+
+def _os_paths(exc: OSError) -> str:
+    paths = [p for p in (exc.filename, getattr(exc, "filename2", None)) if p]
+    return " at %s" % " -> ".join(str(p) for p in paths) if paths else ""
 
 
 def _row(item: _plan.Item, action: str) -> dict[str, Any]:

@@ -46,6 +46,8 @@ class SnapshotError(ModuleFailure):
             return
         self.msg = _secrets.mask(self.msg, secret)
         self.args = (self.msg,)
+        if isinstance(self.details.get("exception"), str):
+            self.details["exception"] = _secrets.mask(self.details["exception"], secret)
         failed = self.details.get("failed")
         if failed:
             self.details["failed"] = {path: _secrets.mask(error, secret) for path, error in failed.items()}
@@ -54,10 +56,11 @@ class SnapshotError(ModuleFailure):
         """The keyword arguments of ``module.fail_json``: unlike ModuleFailure's, not every field.
 
         ``unsafe`` and ``status`` stay on the exception for a Python caller (the message names
-        what they hold); of a partial ``result``, only the keys that show what landed.
+        what they hold); of a partial ``result``, only the keys that show what landed; ``exception``
+        (a traceback, shown with -vvv) when the failure came from one.
         """
         kwargs: dict[str, Any] = {"msg": self.msg}
-        for key in ("failed", "disk"):
+        for key in ("failed", "disk", "exception"):
             if key in self.details:
                 kwargs[key] = self.details[key]
         partial = self.details.get("result")

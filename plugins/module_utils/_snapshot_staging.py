@@ -19,7 +19,7 @@ import os
 import shutil
 from typing import Any
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest, _paths, _snapshot_plan
+from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest, _paths, _snapshot_plan, _strays
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError
 
 STAGING = "staging"
@@ -28,7 +28,7 @@ ARIA2_WORKDIR = "run"
 # Beside a staging file that a direct download (the module's own GET, _transfer_direct) is writing:
 # its bytes are a true prefix (written in order, never preallocated), so a later round resumes it by
 # Range instead of starting over; aria2's files have their .aria2 control file instead.
-DIRECT_MARK = ".direct"
+DIRECT_MARK = _strays.STAGING_COMPANIONS[1]
 # Hard links cannot be made here (another filesystem, or one without them): fetch instead.
 _NO_HARD_LINK = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP)
 

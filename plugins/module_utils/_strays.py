@@ -44,6 +44,11 @@ def _stray(dest: str, path: str, kind: str) -> dict[str, Any]:
     return {"path": os.path.relpath(path, dest), "kind": kind, "bytes": allocated_bytes(path)}
 
 
+# Files beside a staging file that belong to it (aria2's control file; the mark of a direct
+# download, _snapshot_staging.DIRECT_MARK): strays only when their staging file's key is.
+STAGING_COMPANIONS = (".aria2", ".direct")
+
+
 def scan_strays(dest: str, *, wanted: Collection[str], staging: str | None = None,
                 staging_keys: Collection[str] = ()) -> list[dict[str, Any]]:
     """Files in ``dest`` that are not part of the revision, sorted by path.
@@ -63,7 +68,8 @@ def scan_strays(dest: str, *, wanted: Collection[str], staging: str | None = Non
                 strays.append(_stray(dest, path, "partial" if is_partial(name) else "extra"))
     if staging and os.path.isdir(staging):
         for name in sorted(os.listdir(staging)):
-            base = name[: -len(".aria2")] if name.endswith(".aria2") else name
+            # a staging file's companions: aria2's control file, a direct download's mark
+            base = next((name[: -len(sfx)] for sfx in STAGING_COMPANIONS if name.endswith(sfx)), name)
             path = os.path.join(staging, name)
             if base not in staging_keys and os.path.isfile(path):
                 strays.append(_stray(dest, path, "partial"))

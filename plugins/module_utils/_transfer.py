@@ -18,7 +18,7 @@ A source is any object with
 
 - ``resolve(items) -> [(item, Resolution)]``: a URL per item, or the error of this round; raises
   SnapshotError for what no retry can fix;
-- ``download(url, out_path)``: fetch a URL the source marked ``direct`` (bytes the source's own
+- ``download(url, out_path, size)``: fetch a URL the source marked ``direct`` (bytes the source's own
   endpoint serves, with its credentials), raising SourceError; called from several threads at once
   (``_transfer_direct``: up to ``parallel_files`` direct files, while the batch's aria2c runs);
 
@@ -28,13 +28,14 @@ as soon as aria2's log says it is complete, while the other files still download
 
 from __future__ import annotations
 
+import http.client
 import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hashing, _hub, _manifest, _paths
+from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hashing, _hub, _manifest, _paths, _secrets
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_plan, _snapshot_staging, _transfer_direct
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError, backoff
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_progress import PROGRESS_INTERVAL
@@ -102,7 +103,7 @@ class HubSource(object):
                 self.opener, self.endpoint, self.repo_id, self.commit, item.remote.path,
                 token=self.token if self.send_token else None, repo_type=self.repo_type, timeout=self.timeout,
             ), None
-        except (_hub.HubHTTPError, OSError, ValueError) as exc:
+        except (_hub.HubHTTPError, OSError, ValueError, http.client.HTTPException) as exc:
             return item, None, exc
 
     def _head_all(self, items: Sequence[_snapshot_plan.Item]) -> list:
@@ -146,13 +147,17 @@ class HubSource(object):
             out.append((item, Resolution(url.url, direct=url.direct and self.send_token, expires=url.expires)))
         return out
 
-    def download(self, url: str, out_path: str) -> None:
+    def download(self, url: str, out_path: str, size: int | None = None) -> None:
         try:
-            _hub.download_direct(self.opener, url, out_path, token=self.token, timeout=self.timeout)
+            _transfer_direct.download_direct(self.opener, url, out_path, token=self.token, timeout=self.timeout,
+                                             size=size)
+        except _transfer_direct.LocalWriteError:
+            raise  # the disk's error, not the endpoint's: no retry fixes it
         except _hub.HubHTTPError as exc:
             raise SourceError("GET: %s" % exc.message, exc.retry_after or 0.0)
-        except OSError as exc:
-            raise SourceError("GET: %s" % exc)
+        except (OSError, http.client.HTTPException) as exc:
+            # a reset, a timeout, a chunked body cut short (IncompleteRead), a garbled status line
+            raise SourceError("GET: %s: %s" % (type(exc).__name__, exc))
 
 
 class Transfer(object):
@@ -205,6 +210,8 @@ class Transfer(object):
     def placed(self, item: _snapshot_plan.Item) -> None:
         """``item``'s verified staging file goes to its final path; it is done."""
         _snapshot_staging.place(item, self.staged(item), self.dest)
+        # a direct download's mark, when aria2 (or a leftover check) finished its file after all
+        _snapshot_staging.remove(self.staged(item) + _snapshot_staging.DIRECT_MARK)
         self.pending.pop(item.key, None)
         self.errors.pop(item.remote.path, None)
 
@@ -217,8 +224,10 @@ class Transfer(object):
     def _pause(self, attempt: int, wait_hint: float) -> None:
         wait = min(MAX_RETRY_AFTER, max(wait_hint, backoff(self.retry_wait, attempt)))
         self.log("%d file(s) not done after try %d/%d, next try in %.0f s" % (len(self.pending), attempt, self.max_tries, wait))
-        self.progress.write(message="retrying %d file(s) in %.0f s: %s" % (
-            len(self.pending), wait, "; ".join("%s: %s" % kv for kv in sorted(self.errors.items())[:3])))
+        # the errors quote what servers said: never the token in progress.json, whatever they echo
+        self.progress.write(message=_secrets.mask("retrying %d file(s) in %.0f s: %s" % (
+            len(self.pending), wait, "; ".join("%s: %s" % kv for kv in sorted(self.errors.items())[:3])),
+            getattr(self.source, "token", None)))
         time.sleep(wait)
 
     def _link_duplicates(self, failed: dict[str, str]) -> None:
@@ -310,9 +319,12 @@ class _Round(object):
     def _fetch_direct(self, item: _snapshot_plan.Item, url: str) -> _transfer_direct.DirectResult:
         """In a worker thread: download and verify one direct file; the round's thread places it."""
         staged = self.t.staged(item)
+        if os.path.exists(staged + ".aria2"):
+            # aria2's partial may have holes (several connections): not a prefix a Range can continue
+            _snapshot_staging.remove(staged, staged + ".aria2")
         _snapshot_staging.mark_direct(staged)
         try:
-            self.t.source.download(url, staged)
+            self.t.source.download(url, staged, item.remote.size)
         except SourceError as exc:
             # the bytes that arrived stay, marked: the next round asks only for the rest
             return _transfer_direct.DirectResult(None, exc.message, exc.retry_after)

@@ -17,9 +17,15 @@ never hold its large ones back. The caller's thread alone places files and keeps
 
 from __future__ import annotations
 
+import os
+import re
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, NamedTuple
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _hub
 
 
 class DirectResult(NamedTuple):
@@ -71,3 +77,90 @@ class DirectFetches(object):
             future.cancel()
         self.pool.shutdown(wait=True)
         self.pool = None
+
+
+class LocalWriteError(OSError):
+    """Writing downloaded bytes to disk failed (full, read-only, permissions): no retry fixes that."""
+
+
+def download_direct(opener, url, out_path, *, token=None, timeout=60.0, size=None, chunk=1 << 20):
+    """GET ``url`` from the endpoint itself into ``out_path``, resuming an existing prefix by Range.
+
+    For bytes the endpoint serves without a redirect when a token is needed (gated/private repos'
+    small files): the token then goes to the endpoint only, in-process, never to aria2. Redirects
+    are not followed. ``size``: the listing's size; a body longer than that is cut and refused (a
+    hostile endpoint cannot fill the disk). A prefix the answer does not continue (a 206 from
+    another offset, a 416 short of ``size``) is removed, so the next try starts over. Raises
+    HubHTTPError for the endpoint's answers, LocalWriteError for the disk's. Returns the number of
+    body bytes received. Thread-safe (one request, one file).
+    """
+    have = os.path.getsize(out_path) if os.path.exists(out_path) else 0
+    if size is not None and have > size:
+        have = 0  # longer than the file can be: not a prefix of it
+    headers = {"User-Agent": _hub.USER_AGENT, "Accept-Encoding": "identity"}
+    if have:
+        headers["Range"] = "bytes=%d-" % have
+    req = urllib.request.Request(url, headers=headers)
+    if token:
+        req.add_unredirected_header("Authorization", "Bearer %s" % token)
+    try:
+        resp = opener.open(req, timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and have and (size is None or have >= size):
+            return 0  # already whole; the caller's hash decides
+        if exc.code == 416 and have:
+            _drop(out_path)
+            raise _hub.HubHTTPError(416, "416: the endpoint refused the rest of the file from byte %d; the next try "
+                                    "starts over" % have, url=url)
+        if 300 <= exc.code < 400:
+            raise _hub.HubHTTPError(exc.code, "%d: the endpoint redirected the GET after answering its HEAD itself; not "
+                                         "followed (the token would go along), re-resolved next try" % exc.code, url=url)
+        raise _hub.HubHTTPError(exc.code, __hub.error_message(exc), _hub.retry_after_seconds(exc.headers.get("Retry-After")), url=url)
+    with resp:
+        start = _resume_offset(resp, have, out_path, url)
+        return _write_body(resp, out_path, start=start, size=size, chunk=chunk)
+
+
+def _drop(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _resume_offset(resp, have, out_path, url):
+    """Where the body goes in ``out_path``: ``have`` for a 206 that continues the prefix, 0 for a 200."""
+    if not have or resp.status != 206:
+        return 0
+    match = re.match(r"^\s*bytes\s+(\d+)-", resp.headers.get("Content-Range") or "")
+    if not match or int(match.group(1)) != have:
+        _drop(out_path)
+        raise _hub.HubHTTPError(206, "206 for bytes %s, asked from byte %d: the next try starts over"
+                           % (_hub.shown(resp.headers.get("Content-Range")), have), url=url)
+    return have
+
+
+def _write_body(resp, out_path, *, start, size, chunk):
+    received = 0
+    # read1 + flush: the staging file (what progress counts) grows as bytes arrive, not by 1 MiB steps
+    read = getattr(resp, "read1", resp.read)
+    try:
+        handle = open(out_path, "ab" if start else "wb")
+    except OSError as exc:
+        raise LocalWriteError(exc.errno, exc.strerror, exc.filename) from exc
+    with handle:
+        while True:
+            data = read(chunk)
+            if not data:
+                break
+            if size is not None and start + received + len(data) > size:
+                handle.close()
+                _drop(out_path)
+                raise _hub.HubHTTPError(200, "the body is longer than the listing's %d bytes: refused" % size)
+            try:
+                handle.write(data)
+                handle.flush()
+            except OSError as exc:
+                raise LocalWriteError(exc.errno, exc.strerror, out_path) from exc
+            received += len(data)
+    return received

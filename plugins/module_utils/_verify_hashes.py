@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import os
 import time
+import urllib.parse
 from dataclasses import dataclass
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _hashing, _manifest, _secrets
@@ -105,6 +106,26 @@ def expected_from_hub(repo_id: str, *, revision: str | None, endpoint: str | Non
     return out, commit
 
 
+def _listing_secrets(token, http) -> list:
+    """What a listing error must never show: the token in use (given, or the host's when None) and the
+    proxy URL with its password."""
+    found = [token if isinstance(token, str) else None]
+    if token is None:
+        try:
+            from huggingface_hub import get_token
+
+            found.append(get_token())
+        except Exception:  # pylint: disable=broad-except
+            pass  # no library, no token file: nothing of the host's to hide
+    if http is not None and http.proxy:
+        found.append(http.proxy)
+        try:
+            found.append(urllib.parse.urlsplit(http.proxy).password)
+        except ValueError:
+            pass
+    return found
+
+
 def load_expected(report: Report, tree: Tree, *, mode: str, manifest: str | None, repo_id: str | None,
                   revision: str | None, endpoint: str | None, token, http=None,
                   patterns: tuple = (None, None)) -> Source | None:
@@ -118,9 +139,8 @@ def load_expected(report: Report, tree: Tree, *, mode: str, manifest: str | None
                                                  allow_patterns=patterns[0], ignore_patterns=patterns[1])
         except Exception as exc:  # pylint: disable=broad-except
             # huggingface_hub raises its own errors, httpx's and OSError; each is one line here.
-            # Never the token or the proxy URL (it may carry user:password) in a problem line.
-            said = _secrets.mask(str(exc).splitlines()[0] if str(exc) else "", token if isinstance(token, str) else None,
-                                 http.proxy if http else None)
+            # Never the token (given or the host's) or the proxy's credentials in a problem line.
+            said = _secrets.mask(str(exc).splitlines()[0] if str(exc) else "", *_listing_secrets(token, http))
             report.add("hashes", ["could not list %s at %s from %s (%s: %s); check repo_id, revision, endpoint, token "
                                   "and, behind a proxy or a private CA, proxy and ca_path"
                                   % (repo_id, revision or "main", endpoint or "the default endpoint",

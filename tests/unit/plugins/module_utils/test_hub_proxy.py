@@ -23,7 +23,7 @@ import urllib.parse
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _snapshot, _verify
+from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _secrets, _snapshot, _verify
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"
 HOP_BY_HOP = ("connection", "keep-alive", "transfer-encoding", "proxy-connection", "proxy-authorization")
@@ -409,3 +409,21 @@ def test_verify_listing_failure_never_shows_the_proxy_credentials(lab_hub, tmp_p
     res = verify_against_hub(lab_hub, tmp_path / "m", proxy="http://gpu:s3cret-pw@127.0.0.1:%d" % port)
     (line,) = listing_problems(res)
     assert "s3cret-pw" not in repr(res), line
+
+
+def test_verify_listing_error_that_quotes_secrets_is_masked(lab_hub, tmp_path, monkeypatch):
+    """httpx does not quote the proxy in its errors today; whatever a library says, the problem line
+    never shows the proxy's password, its URL or the host's token."""
+    proxy_url = "http://gpu:s3cret-pw@127.0.0.1:3128"
+    monkeypatch.setenv("HF_TOKEN", "hf_hostTOKENsecret0001")
+
+    def blabbing(*args, **kwargs):
+        raise OSError("via %s (password s3cret-pw) with Bearer hf_hostTOKENsecret0001" % proxy_url)
+
+    monkeypatch.setattr(_hub, "resolve_commit", blabbing)
+    os.makedirs(str(tmp_path / "m"))
+    res = _verify.verify(str(tmp_path / "m"), mode="quick", repo_id=TARGET, endpoint=lab_hub.api,
+                         allow_patterns=["config.json"], proxy=proxy_url)
+    (line,) = listing_problems(res)
+    assert "s3cret-pw" not in repr(res) and "hf_hostTOKENsecret0001" not in repr(res), line
+    assert line.count(_secrets.MASK) >= 3, line

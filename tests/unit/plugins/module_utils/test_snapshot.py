@@ -208,9 +208,12 @@ def test_a_dest_the_filesystem_refuses_is_one_message_not_a_traceback(lab_hub, a
     with pytest.raises(_snapshot.SnapshotError) as err:
         run(lab_hub, tmp_path / "f" / "d", allow_patterns=["config.json"], token="hf_s3cret")
     msg = err.value.msg
-    assert msg.startswith("hf_snapshot could not write under %s: Not a directory" % (tmp_path / "f" / "d")), msg
-    assert "fix that path" in msg and "hf_s3cret" not in msg
+    assert msg.startswith("the filesystem refused an operation under %s: Not a directory (ENOTDIR) at %s"
+                          % (tmp_path / "f" / "d", tmp_path / "f")), msg
+    assert "run again" in msg and "hf_s3cret" not in msg
     assert isinstance(err.value.__cause__, OSError)
+    kwargs = err.value.fail_kwargs()
+    assert "NotADirectoryError" in kwargs["exception"] and "hf_s3cret" not in repr(kwargs)
     assert (tmp_path / "f").read_bytes() == b"a file, not a folder"
 
 

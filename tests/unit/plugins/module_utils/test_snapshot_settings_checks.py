@@ -55,6 +55,12 @@ def a_ca_bundle():
     (dict(proxy="socks5://u:pw@127.0.0.1:1080"), ["proxy must be an http://", "'socks5'"]),
     (dict(proxy="ftp://127.0.0.1:21"), ["proxy must be an http://", "'ftp'"]),
     (dict(proxy="proxy.corp:3128"), ["proxy must be an http://"]),
+    # a URL urllib cannot read (was a ValueError traceback) or a port no connection can use (was
+    # minutes of listing retries, InvalidURL each)
+    (dict(proxy="http://u:pw@[::1:3128"), ["proxy is not a valid http://", "host or port"]),
+    (dict(proxy="http://u:pw@proxy:port"), ["proxy is not a valid http://"]),
+    (dict(proxy="http://u:pw@proxy:99999"), ["proxy is not a valid http://"]),
+    (dict(proxy="http://u:pw@proxy:0"), ["proxy is not a valid http://", "port 0"]),
 ])
 def test_bad_parameter_is_named(params, words):
     with pytest.raises(_snapshot.SnapshotError) as err:

@@ -24,7 +24,7 @@ def tree(dest):
     sf.write_manifest(dest, {})
     sf.write(_manifest.meta_dir(str(dest)), "lock", b"")
     staging = os.path.join(_manifest.meta_dir(str(dest)), "staging")
-    for name in ("kept", "kept.aria2", "old", "old.aria2"):
+    for name in ("kept", "kept.aria2", "kept.direct", "old", "old.aria2", "old.direct"):
         sf.write(staging, name, b"s" * 10)
     return staging
 
@@ -35,7 +35,10 @@ def test_scan_strays_partial_extra_and_staging_leftovers(tmp_path):
     kinds = {s["path"]: s["kind"] for s in strays}
     expected = dict({p: "partial" for p in PARTIALS}, **{p: "extra" for p in EXTRAS})
     # staging files whose content key this run still fetches are not strays; the others are partials
-    expected.update({".gpufleet/staging/old": "partial", ".gpufleet/staging/old.aria2": "partial"})
+    # (a direct download's .direct mark belongs to its file like aria2's control file: not a stray
+    # while the run still fetches that key, else pruning would lose the resume)
+    expected.update({".gpufleet/staging/old": "partial", ".gpufleet/staging/old.aria2": "partial",
+                     ".gpufleet/staging/old.direct": "partial"})
     assert kinds == expected  # nothing else of .gpufleet (manifest, lock) is a stray
     assert [s["path"] for s in strays] == sorted(expected)
     assert all(s["bytes"] == (10 if "staging" in s["path"] else 100) for s in strays)
@@ -53,7 +56,9 @@ def test_prune_removes_only_regular_partials(tmp_path):
     assert {"path": "link.incomplete", "kind": "partial", "bytes": 7} in strays
     strays.append({"path": "already-gone.part", "kind": "partial", "bytes": 0})
     pruned = _strays.prune(str(dest), strays)
-    assert sorted(pruned) == sorted(PARTIALS + [".gpufleet/staging/old", ".gpufleet/staging/old.aria2"])
+    assert sorted(pruned) == sorted(PARTIALS + [".gpufleet/staging/old", ".gpufleet/staging/old.aria2",
+                                                ".gpufleet/staging/old.direct"])
+    assert os.path.isfile(os.path.join(staging, "kept.direct"))  # a resume this run still needs
     for rel in PARTIALS:
         assert not os.path.lexists(dest / rel)
     for rel in EXTRAS + sorted(WANTED):
@@ -63,7 +68,7 @@ def test_prune_removes_only_regular_partials(tmp_path):
         assert handle.read() == b"keep me"
     meta = _manifest.meta_dir(str(dest))
     assert os.path.isfile(os.path.join(meta, _manifest.MANIFEST))
-    assert sorted(os.listdir(os.path.join(meta, "staging"))) == ["kept", "kept.aria2"]
+    assert sorted(os.listdir(os.path.join(meta, "staging"))) == ["kept", "kept.aria2", "kept.direct"]
 
 
 def test_allocated_bytes(tmp_path):

@@ -6,12 +6,13 @@ by exit code, and the Hub source's decisions (the end-to-end runs are in test_sn
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 
 import pytest
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hub, _snapshot_plan, _snapshot_staging
-from ansible_collections.gpufleet.llm.plugins.module_utils import _transfer
+from ansible_collections.gpufleet.llm.plugins.module_utils import _transfer, _transfer_direct
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_progress import Progress, Timings
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import snapshot_files as sf
@@ -40,7 +41,7 @@ class DictSource(object):
                 out.append((item, _transfer.Resolution("mem://" + item.remote.path, direct=True)))
         return out
 
-    def download(self, url, out_path):
+    def download(self, url, out_path, size=None):
         self.downloads.append(url)
         data = self.blobs[url]
         if self.bad.get(url):
@@ -266,10 +267,27 @@ def test_hub_source_download_errors(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise _hub.HubHTTPError(429, "429 slow down", 3.0)
 
-    monkeypatch.setattr(_hub, "download_direct", refuse)
+    monkeypatch.setattr(_transfer_direct, "download_direct", refuse)
     with pytest.raises(_transfer.SourceError) as exc:
         hub_source().download("http://hub.invalid/x", str(tmp_path / "out"))
     assert exc.value.message == "GET: 429 slow down" and exc.value.retry_after == 3.0
+    # http.client's own errors are no OSError: a retryable error of this file, not a traceback
+    for error in (http.client.IncompleteRead(b"part", 10), http.client.BadStatusLine("garbage")):
+        def cut(*args, error=error, **kwargs):
+            raise error
+
+        monkeypatch.setattr(_transfer_direct, "download_direct", cut)
+        with pytest.raises(_transfer.SourceError) as exc:
+            hub_source().download("http://hub.invalid/x", str(tmp_path / "out"))
+        assert exc.value.message.startswith("GET: %s" % type(error).__name__)
+    # the disk's errors are not retried as the endpoint's
+
+    def full(*args, **kwargs):
+        raise _transfer_direct.LocalWriteError(28, "No space left on device", str(tmp_path / "out"))
+
+    monkeypatch.setattr(_transfer_direct, "download_direct", full)
+    with pytest.raises(_transfer_direct.LocalWriteError):
+        hub_source().download("http://hub.invalid/x", str(tmp_path / "out"))
 
 
 def test_aria2_settings_tuning():

@@ -20,6 +20,7 @@ import pytest
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hub, _snapshot, _snapshot_plan
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_progress, _snapshot_staging, _transfer
+from ansible_collections.gpufleet.llm.plugins.module_utils import _transfer_direct
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import snapshot_files as sf
 
 GATED = "gpufleet-lab/Kimi-K2.6-mini-gated"
@@ -50,7 +51,7 @@ class GateSource(object):
     def resolve(self, items):
         return [(item, _transfer.Resolution("mem://" + item.remote.path, direct=True)) for item in items]
 
-    def download(self, url, out_path):
+    def download(self, url, out_path, size=None):
         with self.lock:
             self.running += 1
             self.most = max(self.most, self.running)
@@ -115,6 +116,28 @@ def test_direct_errors_and_retry_after_are_kept_by_the_round(tmp_path):
     assert not os.path.exists(transfer.staged(items[1]))
 
 
+class Recorder(object):
+    def __init__(self):
+        self.messages = []
+
+    def write(self, state="running", message=None):
+        self.messages.append(message)
+
+
+def test_an_error_echoing_the_token_never_reaches_progress(tmp_path):
+    """Per-file errors quote what the server said; the retry line in progress.json masks the token."""
+    dest = tmp_path / "d"
+    items = fetch_items(dest, 1)
+    source = GateSource({}, 1, fail={"mem://f0.json": _transfer.SourceError("GET: 401 bad token hf_tok3n")})
+    source.token = "hf_tok3n"
+    progress = Recorder()
+    transfer = direct_transfer(dest, items, source, 1, progress=progress)
+    transfer.max_tries = 2
+    assert transfer.run() == {"f0.json": "GET: 401 bad token hf_tok3n"}  # the module masks its result itself
+    retry = [m for m in progress.messages if m and m.startswith("retrying")]
+    assert retry and all("hf_tok3n" not in m for m in retry) and "bad token ********" in retry[0], retry
+
+
 def test_a_worker_crash_is_raised_after_every_worker_ended(tmp_path):
     dest = tmp_path / "d"
     items = fetch_items(dest, 2)
@@ -170,7 +193,8 @@ def stalled_run(lab_hub, tmp_path, monkeypatch, until, **params):
 
     def write(self, state="running", message=None):
         data = real_write(self, state=state, message=message)
-        if data is not None and taps and not taps[-1].released and until(data):
+        # only once the stalled GET is held (its answer started), so that releasing it ends it
+        if data is not None and taps and taps[-1].held and not taps[-1].released and until(data):
             taps[-1].release()
         return data
 
@@ -228,7 +252,9 @@ def test_direct_files_overlap_so_a_slow_one_holds_no_other_back(lab_hub, aria2c,
     check_tree(lab_hub, res, tmp_path / "g", paths)
     # the stalled GET was ended by the test (the Hub logs it once its stall is over) and the next
     # round fetched the rest of the file (all of it when no byte had arrived yet), with the token
-    gets = [e for e in lab_hub.log(server="api") if e["method"] == "GET" and e["path"].endswith("/" + STALLED)]
+    # (the stalled GET itself is logged only when the Hub's stall bound ran out, whenever that is)
+    gets = [e for e in lab_hub.log(server="api") if e["method"] == "GET" and e["path"].endswith("/" + STALLED)
+            and e["fault"] != "stall-direct"]
     assert len(gets) == 1 and gets[0]["auth_present"], gets
     size = files[STALLED]["size"]
     if gets[0]["range"] is None:
@@ -269,7 +295,8 @@ def test_a_cut_direct_download_resumes_where_it_stopped(lab_hub, aria2c, tmp_pat
     assert tap.released
     check_tree(lab_hub, res, tmp_path / "g", [STALLED])
     assert [f["action"] for f in res["files"]] == ["resumed"], res["files"]
-    gets = [e for e in lab_hub.log(server="api") if e["method"] == "GET" and e["path"].endswith("/" + STALLED)]
+    gets = [e for e in lab_hub.log(server="api") if e["method"] == "GET" and e["path"].endswith("/" + STALLED)
+            and e["fault"] != "stall-direct"]
     size = files[STALLED]["size"]
     assert [(e["range"], e["status"], e["bytes_sent"], e["auth_present"]) for e in gets] == [
         ("bytes=%d-" % STALL_BYTES, 206, size - STALL_BYTES, True)], gets
@@ -340,3 +367,100 @@ def test_a_redirected_direct_get_is_not_followed_and_the_token_stays(tmp_path):
     assert "302" in exc.value.message and TOKEN_READER not in exc.value.message
     assert endpoint.RequestHandlerClass.seen[0][2] == "Bearer " + TOKEN_READER
     assert other.RequestHandlerClass.seen == []
+
+
+# ----------------------------------------------------------------------------- resuming a direct download
+
+BODY = bytes(range(256)) * 4  # 1024 bytes, every offset distinguishable
+
+
+class _Scripted(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with ``answer(range_header) -> (status, headers, body)``; records the Range asked."""
+
+    protocol_version = "HTTP/1.1"
+    answer = None
+    asked: list = []
+
+    def do_GET(self):  # noqa: N802  pylint: disable=invalid-name
+        self.asked.append(self.headers.get("Range"))
+        status, headers, body = type(self).answer(self.headers.get("Range"))
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):  # pylint: disable=arguments-differ
+        pass
+
+
+@pytest.fixture
+def scripted():
+    """(start(answer) -> url, the Range headers asked); the server on loopback, stopped after the test."""
+    servers = []
+
+    def start(answer):
+        handler = type("Handler", (_Scripted,), {"answer": staticmethod(answer), "asked": []})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return "http://127.0.0.1:%d/f" % server.server_address[1], handler.asked
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _get(url, out, size=len(BODY)):
+    return _transfer_direct.download_direct(_hub.url_opener(), url, str(out), token="hf_tok", timeout=10, size=size)
+
+
+def test_a_206_that_continues_the_prefix_is_appended(scripted, tmp_path):
+    out = tmp_path / "f"
+    out.write_bytes(BODY[:100])
+    url, asked = scripted(lambda rng: (206, {"Content-Range": "bytes 100-1023/1024"}, BODY[100:]))
+    assert _get(url, out) == len(BODY) - 100 and out.read_bytes() == BODY and asked == ["bytes=100-"]
+
+
+def test_a_200_to_a_range_request_starts_the_file_over(scripted, tmp_path):
+    out = tmp_path / "f"
+    out.write_bytes(BODY[:100])
+    url, dummy = scripted(lambda rng: (200, {}, BODY))
+    assert _get(url, out) == len(BODY) and out.read_bytes() == BODY
+
+
+def test_a_206_from_another_offset_drops_the_prefix(scripted, tmp_path):
+    """Appending it would leave BODY[:100] + BODY on disk (found by the hash only after a whole round)."""
+    out = tmp_path / "f"
+    out.write_bytes(BODY[:100])
+    url, dummy = scripted(lambda rng: (206, {"Content-Range": "bytes 0-1023/1024"}, BODY))
+    with pytest.raises(_hub.HubHTTPError, match="asked from byte 100: the next try starts over"):
+        _get(url, out)
+    assert not out.exists()
+
+
+def test_a_416_short_of_the_size_drops_the_prefix_a_416_when_whole_keeps_it(scripted, tmp_path):
+    out = tmp_path / "f"
+    out.write_bytes(BODY[:100])
+    url, asked = scripted(lambda rng: (416, {"Content-Range": "bytes */1024"}, b""))
+    with pytest.raises(_hub.HubHTTPError, match="refused the rest of the file from byte 100"):
+        _get(url, out)
+    assert not out.exists()  # the next try asks for the whole file, instead of the same Range for ever
+    out.write_bytes(BODY)
+    assert _get(url, out) == 0 and out.read_bytes() == BODY and asked == ["bytes=100-", "bytes=1024-"]
+
+
+def test_a_body_longer_than_the_listing_is_cut_and_refused(scripted, tmp_path):
+    out = tmp_path / "f"
+    url, dummy = scripted(lambda rng: (200, {}, BODY * 4))
+    with pytest.raises(_hub.HubHTTPError, match="longer than the listing's 1024 bytes"):
+        _get(url, out)
+    assert not out.exists()
+
+
+def test_a_redirected_get_says_why_it_is_not_followed(scripted, tmp_path):
+    url, dummy = scripted(lambda rng: (302, {"Location": "http://127.0.0.2:1/elsewhere"}, b""))
+    with pytest.raises(_hub.HubHTTPError, match="redirected the GET after answering its HEAD itself; not followed"):
+        _get(url, tmp_path / "f")
