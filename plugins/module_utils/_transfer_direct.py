@@ -111,11 +111,13 @@ def download_direct(opener, url, out_path, *, token=None, timeout=60.0, size=Non
         if exc.code == 416 and have:
             _drop(out_path)
             raise _hub.HubHTTPError(416, "416: the endpoint refused the rest of the file from byte %d; the next try "
-                                    "starts over" % have, url=url)
+                                         "starts over" % have, url=url)
         if 300 <= exc.code < 400:
-            raise _hub.HubHTTPError(exc.code, "%d: the endpoint redirected the GET after answering its HEAD itself; not "
-                                         "followed (the token would go along), re-resolved next try" % exc.code, url=url)
-        raise _hub.HubHTTPError(exc.code, __hub.error_message(exc), _hub.retry_after_seconds(exc.headers.get("Retry-After")), url=url)
+            raise _hub.HubHTTPError(exc.code, "%d: the endpoint redirected the GET after answering its HEAD itself; "
+                                              "not followed (the token would go along), re-resolved next try" % exc.code,
+                                    url=url)
+        raise _hub.HubHTTPError(exc.code, _hub.error_message(exc), _hub.retry_after_seconds(exc.headers.get("Retry-After")),
+                                url=url)
     with resp:
         start = _resume_offset(resp, have, out_path, url)
         return _write_body(resp, out_path, start=start, size=size, chunk=chunk)
@@ -136,7 +138,7 @@ def _resume_offset(resp, have, out_path, url):
     if not match or int(match.group(1)) != have:
         _drop(out_path)
         raise _hub.HubHTTPError(206, "206 for bytes %s, asked from byte %d: the next try starts over"
-                           % (_hub.shown(resp.headers.get("Content-Range")), have), url=url)
+                                % (_hub.shown(resp.headers.get("Content-Range")), have), url=url)
     return have
 
 

@@ -464,3 +464,13 @@ def test_a_redirected_get_says_why_it_is_not_followed(scripted, tmp_path):
     url, dummy = scripted(lambda rng: (302, {"Location": "http://127.0.0.2:1/elsewhere"}, b""))
     with pytest.raises(_hub.HubHTTPError, match="redirected the GET after answering its HEAD itself; not followed"):
         _get(url, tmp_path / "f")
+
+
+def test_an_error_answer_keeps_its_status_and_retry_after_and_the_prefix(scripted, tmp_path):
+    out = tmp_path / "f"
+    out.write_bytes(BODY[:100])
+    url, asked = scripted(lambda rng: (503, {"Retry-After": "7"}, b'{"error": "busy"}'))
+    with pytest.raises(_hub.HubHTTPError) as err:
+        _get(url, out)
+    assert err.value.status == 503 and err.value.retry_after == 7.0 and "busy" in err.value.message
+    assert out.read_bytes() == BODY[:100] and asked == ["bytes=100-"]  # the next try asks the rest again
