@@ -247,7 +247,9 @@ do_integration() {
     # ansible-test runs each target from a copy without lab.env or tests/lab: the targets find the
     # lab's files through this link in the cache (lab.sh).
     ln -sfn "$COLL/tests/lab" "$CACHE/run/lab-dir"
-    if [ "$(lab_host_count)" -lt 4 ]; then
+    local hosts
+    hosts=$(lab_host_count)
+    if [ "${hosts:-0}" -lt 4 ]; then
         run_lane all "$COLL" "$INVENTORY"
         return
     fi

@@ -18,6 +18,12 @@ SETUP_LAB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TARGET_DIR=$(cd "$(dirname "$0")" && pwd)
 cd "$TARGET_DIR"
 LAB_ENV=$SETUP_LAB_DIR/../../lab.env
+# Under ansible-test a target runs from a copy inside the collection's tests/output, without lab.env:
+# the collection's own is found from JUNIT_OUTPUT_DIR (<collection>/tests/output/junit), which
+# ansible-test sets. Each integration lane of make test has its own collection copy and lab.env.
+if [ ! -f "$LAB_ENV" ] && [ -n "${JUNIT_OUTPUT_DIR:-}" ]; then
+    LAB_ENV=${JUNIT_OUTPUT_DIR%/tests/output/junit}/tests/integration/lab.env
+fi
 # shellcheck source=/dev/null
 [ -f "$LAB_ENV" ] && . "$LAB_ENV"
 INVENTORY=${GPUFLEET_LAB_INVENTORY:-$HOME/.cache/gpufleet-lab/run/inventory.ini}
