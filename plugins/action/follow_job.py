@@ -27,6 +27,10 @@ display = Display()
 
 # Separates the job's results file from the progress file in one poll's output.
 _MARK = "--gpufleet-follow-job-progress--"
+# The first poll comes this soon after the start, and each wait doubles up to ``interval``: a job with
+# nothing to do (a re-check of a complete model) is seen ending in about a second, not after a
+# whole interval (20 s by default), while a long job is still polled every ``interval``.
+_FIRST_WAIT = 0.5
 # How long after the job's own async timeout the loop still waits for async_wrapper to write the
 # timeout result (it kills the job and records that at the timeout).
 _GRACE_SECONDS = 120.0
@@ -37,6 +41,11 @@ _ARGS = dict(
     interval=dict(type="float", default=20.0),
     idle_line=dict(type="str", default="waiting for the first progress report"),
 )
+
+
+def wait_before(poll: int, interval: float) -> float:
+    """Seconds to wait after poll number ``poll`` (1-based): _FIRST_WAIT, doubling, at most ``interval``."""
+    return min(interval, _FIRST_WAIT * 2 ** min(poll - 1, 30))
 
 
 def _running(job_text: str) -> bool:
@@ -127,4 +136,4 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail("job %s has not ended %d s after its async timeout (%d s): the host's "
                                         "async_wrapper should have ended it; look at %s on the host"
                                         % (args["jid"], _GRACE_SECONDS, args["timeout"], results_file))
-            time.sleep(args["interval"])
+            time.sleep(wait_before(polls, args["interval"]))

@@ -53,7 +53,10 @@ options:
     type: str
   interval:
     description:
-      - Seconds between polls (fractions allowed; more than 0). Each poll prints one line.
+      - Seconds between polls once the job has run a while (fractions allowed; more than 0). Each poll prints one line.
+      - The first polls come sooner, 0.5 s after the start and then twice as long each time up to this, so that a job
+        with nothing to do (a re-check of a complete model) is seen ending in about a second rather than after a whole
+        interval.
     type: float
     default: 20
   idle_line:
