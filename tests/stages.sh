@@ -109,9 +109,11 @@ link_collection() {
 }
 
 # --- checks on the collection -------------------------------------------------------------------
+# sync_collection [DEST]: the checkout copied into DEST (default COLL), where ansible-test runs.
 sync_collection() {
-    mkdir -p "$COLL"
-    rsync -a --delete --delete-excluded --exclude .git --exclude tests/output --filter=':- .gitignore' "$ROOT/" "$COLL/"
+    local dest=${1:-$COLL}
+    mkdir -p "$dest"
+    rsync -a --delete --delete-excluded --exclude .git --exclude tests/output --filter=':- .gitignore' "$ROOT/" "$dest/"
 }
 
 do_lint() {
@@ -230,8 +232,7 @@ run_lane() {
     local name=$1 coll=$2 inv=$3 out rc=0
     shift 3
     out=$CACHE/run/integration-$name.log
-    mkdir -p "$coll"
-    rsync -a --delete --delete-excluded --exclude .git --exclude tests/output --filter=':- .gitignore' "$ROOT/" "$coll/"
+    sync_collection "$coll"
     printf 'GPUFLEET_LAB_INVENTORY=%q\nGPUFLEET_LAB_WHEELHOUSE=%q\nGPUFLEET_LAB_DIR=%q\n' "$inv" "$CACHE/wheelhouse/tools" "$coll/tests/lab" \
         > "$coll/tests/integration/lab.env"
     (cd "$coll" && PATH=$VENV/bin:$PATH ansible-test integration --venv --python 3.11 --requirements --color no "$@") 2>&1 \
@@ -243,7 +244,7 @@ run_lane() {
 }
 
 do_integration() {
-    sync_collection
+    # (each lane syncs its own copy of the collection, COLL included: run_lane)
     # ansible-test runs each target from a copy without lab.env or tests/lab: the targets find the
     # lab's files through this link in the cache (lab.sh).
     ln -sfn "$COLL/tests/lab" "$CACHE/run/lab-dir"
