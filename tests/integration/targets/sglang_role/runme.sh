@@ -41,8 +41,22 @@ must_fail() {
 expect_in() { grep -qE -- "$2" "$1" || { sed -n '/fatal\|FAILED\|msg/p' "$1" | tail -20; echo "expected /$2/ in the output" >&2; exit 1; }; }
 OUT=$LAB_TMP/out
 
+# scenario NAME: the scenario in scenario_NAME.sh, sourced here (it sees every variable and function
+# above and the state S* so far). SGLANG_ROLE_ONLY="a b" runs the fresh deploy (1.) and then only
+# scenarios a and b, for working on one scenario without the whole target (~15 min).
+scenario() {
+    if [ -n "${SGLANG_ROLE_ONLY:-}" ] && [[ " $SGLANG_ROLE_ONLY " != *" $1 "* ]]; then return 0; fi
+    # shellcheck source=/dev/null
+    . "$TARGET_DIR/scenario_$1.sh"
+}
+only_mode() { [ -n "${SGLANG_ROLE_ONLY:-}" ]; }
+
 ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml >/dev/null
 ansible-playbook -i "$INVENTORY" "$LAB_DIR/prepare-hosts.yml" >/dev/null
+
+echo "== 0. fetch only, then a check-mode deploy on hosts that never ran SGLang: a diff, nothing written"
+play some gpufleet.llm.deploy -e gpufleet_serve=false
+scenario first_check
 
 echo "== 1. full deploy of v1.0 (model role, then the sglang role), one server per batch"
 ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.deploy -e gpufleet_serial=1 > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
@@ -50,6 +64,15 @@ sed -n '/PLAY RECAP/,$p' "$OUT"
 [ "$(grep -c 'PLAY \[Fetch, verify and serve, batch by batch\]' "$OUT")" -eq 2 ] || { echo "expected 2 batches of 1 host"; exit 1; }
 ansible-playbook "${PLAY_ARGS[@]}" checks.yml >/dev/null
 S1=$(state); echo "$S1"
+# CUR: the deploy arguments of what is deployed now; a scenario that changes the server puts this
+# back (play 0 gpufleet.llm.deploy "${CUR[@]}" must then be a no-op) and re-takes the state it changed.
+# shellcheck disable=SC2034  # read by the scenario_*.sh files
+CUR=()
+if only_mode; then
+    for name in $SGLANG_ROLE_ONLY; do [ "$name" = first_check ] || scenario "$name"; done
+    echo "sglang_role: scenarios $SGLANG_ROLE_ONLY passed"
+    exit 0
+fi
 
 echo "== 2. the same deploy again: changed=0, same MainPID and start time"
 play 0 gpufleet.llm.deploy
@@ -78,6 +101,7 @@ for h in gpu1 gpu2; do
     [ "$stops" = 1 ] || { echo "$h: $stops stops since the previous start (expected exactly 1)" >&2; exit 1; }
 done
 ARGS='{"itest_args": {"chunked_prefill_size": 4096}}'
+CUR=(-e "$ARGS")
 
 echo "== 6. a misspelt option: the preflight fails naming it, nothing is written"
 must_fail "$OUT" gpufleet.llm.deploy -e '{"itest_args": {"chunked_prefill_size": 4096, "speculativ_num_steps": 3}}'
@@ -91,6 +115,9 @@ for phase in sglang_configure sglang_service; do
     expect_in "$OUT" 'the preflight \(sglang_preflight tag\) did not run'
     [ "$(state)" = "$S3" ] || { echo "--skip-tags sglang_preflight let $phase change the server" >&2; exit 1; }
 done
+scenario override
+scenario stale
+S3=$(state)
 
 echo "== 7. the second commit, one shard corrupted on gpu2: gpu2 fails before any write, keeps serving v1.0"
 play some gpufleet.llm.deploy -e "$ARGS" -e itest_revision=main -e gpufleet_serve=false
@@ -108,6 +135,7 @@ echo "   the deploy repairs gpu2 (hf_snapshot re-fetches the damaged shard) and 
 ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.deploy -e "$ARGS" -e itest_revision=main > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
 ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e itest_serving=current >/dev/null
 S5=$(state)
+CUR=(-e "$ARGS" -e itest_revision=main)
 
 echo "== 8. a probe that fails after the restart: rollback to the previous config, old server answers"
 must_fail "$OUT" gpufleet.llm.deploy -e "$ARGS" -e itest_revision=main -e itest_ready_timeout=6 \
@@ -120,6 +148,8 @@ for h in gpu1 gpu2; do
 done
 ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e itest_serving=current >/dev/null
 play 0 gpufleet.llm.deploy -e "$ARGS" -e itest_revision=main
+scenario crashloop
+S6=$(state)
 
 echo "== 9. two hosts as one multi-node server: ranks, dist-init-addr, one batch, restarted together"
 { cat "$INVENTORY"; printf '\n[itest_mn]\ngpu1\ngpu2\n'; } > "$MN_INV"
