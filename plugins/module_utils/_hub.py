@@ -35,12 +35,25 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._hub_answers import (
     RemoteFile, UntrustedAnswerError, check_tree, checked_file, is_hex, shown)
 
 
-def hf_api(endpoint: str | None = None, token: str | bool | None = None, *, proxy: str | None = None,
-           validate_certs: bool = True, ca_path: str | None = None, timeout: float | None = None) -> _ConfiguredApi:
+def host_token(given: str | None) -> str | None:
+    """The token given, else the host's (HF_TOKEN, the token file), else None: what huggingface_hub
+    itself would send. hf_snapshot sends it; model_verify masks it in listing errors."""
+    if given:
+        return given
+    try:
+        from huggingface_hub import get_token
+    except ImportError:
+        return None
+    return get_token() or None
+
+
+def hf_api(endpoint: str | None = None, token: str | bool | None = None, *,
+           http: HubHTTPConfig | None = None) -> _ConfiguredApi:
     """An HfApi bound to ``endpoint`` (None: HF_ENDPOINT or the public Hub) and ``token``, whose every
-    call goes through ``proxy`` (None: the environment's), checks TLS as ``validate_certs`` /
-    ``ca_path`` say and gives up on a request silent for ``timeout`` seconds (None: never; the listing
-    calls take no per-call timeout, so a stalled endpoint or proxy would block for ever).
+    call reaches the Hub as ``http`` says: through its ``proxy`` (None: the environment's), checking
+    TLS as its ``validate_certs`` / ``ca_path`` say, giving up on a request silent for its ``timeout``
+    seconds (None: never; the listing calls take no per-call timeout, so a stalled endpoint or proxy
+    would block for ever). ``http=None``: all of those defaults.
 
     ``token=None`` lets huggingface_hub find the host's token (HF_TOKEN, token file); pass False to
     send none.
@@ -48,7 +61,7 @@ def hf_api(endpoint: str | None = None, token: str | bool | None = None, *, prox
     from huggingface_hub import HfApi  # imported late: the module reports a missing library itself
 
     return _ConfiguredApi(HfApi(endpoint=endpoint, token=token),
-                          HubHTTPConfig(proxy=proxy, validate_certs=validate_certs, ca_path=ca_path, timeout=timeout))
+                          http or HubHTTPConfig(proxy=None, validate_certs=True, ca_path=None, timeout=None))
 
 
 class HubHTTPConfig(collections.namedtuple("HubHTTPConfig", ["proxy", "validate_certs", "ca_path", "timeout"],

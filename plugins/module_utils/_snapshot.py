@@ -55,17 +55,6 @@ def find_aria2c(path: str | None = None) -> str | None:
     return shutil.which("aria2c")
 
 
-def host_token(given: str | None) -> str | None:
-    """The token given, else the host's (HF_TOKEN, the token file), else None."""
-    if given:
-        return given
-    try:
-        from huggingface_hub import get_token
-    except ImportError:
-        return None
-    return get_token() or None
-
-
 def offline_manifest(settings: Settings) -> dict[str, Any] | None:
     """A pinned commit with a matching manifest and untouched files: no network at all."""
     if not COMMIT_RE.match(settings.revision):
@@ -106,7 +95,7 @@ def snapshot(params: Mapping[str, Any], check_mode: bool = False,
     Whatever token is in use (given or the host's), it never appears in an error. ``warn``: where
     check mode reports what would fail a real run (disk space, aria2c).
     """
-    token = host_token(params.get("token"))
+    token = _hub.host_token(params.get("token"))
     try:
         run = Run(Settings.from_params(params), token=token, check_mode=check_mode, log=log,
                   resolve_only=bool(params.get("resolve_only")), warn=warn)

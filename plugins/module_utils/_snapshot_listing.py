@@ -117,8 +117,9 @@ def list_remote(settings: Any, *, token: str | None, log: Callable[[str], None])
     use_token = False
     last = None
     for attempt in range(1, attempts + 1):
-        api = _hub.hf_api(endpoint=settings.endpoint, token=token if use_token else False, proxy=settings.proxy,
-                          validate_certs=settings.validate_certs, ca_path=settings.ca_path, timeout=settings.timeout)
+        api = _hub.hf_api(endpoint=settings.endpoint, token=token if use_token else False,
+                          http=_hub.HubHTTPConfig(proxy=settings.proxy, validate_certs=settings.validate_certs,
+                                                  ca_path=settings.ca_path, timeout=settings.timeout))
         try:
             commit = _hub.resolve_commit(api, settings.repo_id, settings.revision, repo_type=settings.repo_type)
             files = _hub.list_revision(api, settings.repo_id, commit, repo_type=settings.repo_type)

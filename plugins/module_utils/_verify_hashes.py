@@ -95,9 +95,8 @@ def expected_from_hub(repo_id: str, *, revision: str | None, endpoint: str | Non
     from ansible_collections.gpufleet.llm.plugins.module_utils import _hub
     from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_listing import matches_patterns
 
-    http = http or _hub.HubHTTPConfig(proxy=None, validate_certs=True, ca_path=None, timeout=60)
-    api = _hub.hf_api(endpoint=endpoint, token=token, proxy=http.proxy, validate_certs=http.validate_certs,
-                      ca_path=http.ca_path, timeout=http.timeout)
+    api = _hub.hf_api(endpoint=endpoint, token=token,
+                      http=http or _hub.HubHTTPConfig(proxy=None, validate_certs=True, ca_path=None, timeout=60))
     commit = _hub.resolve_commit(api, repo_id, revision or "main")
     out = {}
     for f in _hub.list_revision(api, repo_id, commit):
@@ -109,14 +108,14 @@ def expected_from_hub(repo_id: str, *, revision: str | None, endpoint: str | Non
 def _listing_secrets(token, http) -> list:
     """What a listing error must never show: the token in use (given, or the host's when None) and the
     proxy URL with its password."""
+    from ansible_collections.gpufleet.llm.plugins.module_utils import _hub
+
     found = [token if isinstance(token, str) else None]
     if token is None:
         try:
-            from huggingface_hub import get_token
-
-            found.append(get_token())
+            found.append(_hub.host_token(None))
         except Exception:  # pylint: disable=broad-except
-            pass  # no library, no token file: nothing of the host's to hide
+            pass  # an unreadable token file: nothing of the host's to hide
     if http is not None and http.proxy:
         found.append(http.proxy)
         try:
