@@ -1,0 +1,136 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpufleet.llm.sglang_options: the sglang role's option merge (issue 11 item 1).
+
+The alias table is checked against SGLang 0.5.23's own parser in test_sglang_options_sglang.py;
+the role's use of the filter in test_sglang_options_facts.py.
+"""
+from __future__ import annotations
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.llm.plugins.filter.sglang_options import (
+    ALIASES, ROLE_OWNED, FilterModule, sglang_options)
+
+BASE = {"host": "127.0.0.1", "port": 30000, "tp-size": 8, "mem-fraction-static": 0.85, "trust-remote-code": True}
+ROLE = {"model-path": "/srv/models/t/abc", "speculative-algorithm": "DFLASH",
+        "speculative-draft-model-path": "/srv/models/d/def"}
+
+
+def test_merge_dash_form_user_wins_role_last():
+    got = sglang_options(BASE, {"tp_size": 16, "context_length": 131072, "mem-fraction-static": None}, ROLE)
+    assert got == {"host": "127.0.0.1", "port": 30000, "tp-size": 16, "trust-remote-code": True,
+                   "context-length": 131072, "model-path": "/srv/models/t/abc", "speculative-algorithm": "DFLASH",
+                   "speculative-draft-model-path": "/srv/models/d/def"}
+    assert FilterModule().filters()["sglang_options"] is sglang_options
+
+
+@pytest.mark.parametrize("alias, canonical", [
+    ("tensor_parallel_size", "tp-size"),
+    ("tensor-parallel-size", "tp-size"),
+    ("--tensor-parallel-size", "tp-size"),
+    ("pipeline_parallel_size", "pp-size"),
+    ("ep", "ep-size"),
+    ("expert_parallel_size", "ep-size"),
+    ("enable_hicache", "enable-hierarchical-cache"),
+])
+def test_alias_resolved_to_its_option(alias, canonical):
+    # the GPU fit reads _sglang_options['tp-size']: it must be the tp the server gets
+    got = sglang_options(BASE, {alias: 4})
+    assert got[canonical] == 4
+    assert alias.lstrip("-").replace("_", "-") not in got or alias.lstrip("-").replace("_", "-") == canonical
+
+
+def test_alias_in_base_overridden_by_canonical_in_args():
+    assert sglang_options({"tensor-parallel-size": 8}, {"tp_size": 2}) == {"tp-size": 2}
+
+
+@pytest.mark.parametrize("args, both", [
+    ({"tp_size": 8, "tp-size": 16}, ("'tp_size'", "'tp-size'")),
+    ({"tp-size": 8, "tensor_parallel_size": 16}, ("'tp-size'", "'tensor_parallel_size'")),
+    ({"ep": 8, "expert-parallel-size": 8}, ("'ep'", "'expert-parallel-size'")),
+    ({"Context_Length": 1, "context-length": 2}, ("'Context_Length'", "'context-length'")),
+])
+def test_two_spellings_of_one_option_refused(args, both):
+    with pytest.raises(AnsibleFilterError) as err:
+        sglang_options(BASE, args)
+    message = str(err.value)
+    assert "sglang_args" in message and "two spellings" in message
+    for spelling in both:
+        assert spelling in message
+
+
+def test_two_spellings_in_base_args_refused():
+    with pytest.raises(AnsibleFilterError, match="sglang_base_args: 'tp-size' and 'tp_size' are two spellings"):
+        sglang_options({"tp-size": 8, "tp_size": 8}, {})
+
+
+@pytest.mark.parametrize("key, variable", [
+    ("model_path", "sglang_target_model"),
+    ("model-path", "sglang_target_path"),
+    ("model", "sglang_target_model"),  # SGLang's alias of model-path
+    ("speculative_draft_model_path", "sglang_drafter_model"),
+    ("speculative-draft-model", "sglang_drafter_path"),
+    ("speculative_algorithm", "sglang_drafter_model"),
+    ("nnodes", "sglang_multinode_group"),
+    ("node_rank", "sglang_multinode_group"),
+    ("dist_init_addr", "sglang_dist_init_port"),
+    ("nccl-init-addr", "sglang_multinode_group"),
+    ("api_key", "sglang_api_key"),
+    ("config", "sglang_args"),
+])
+@pytest.mark.parametrize("where", ["sglang_args", "sglang_base_args"])
+def test_role_owned_option_refused(key, variable, where):
+    value = "/elsewhere-secret-value"
+    base, args = (BASE, {key: value}) if where == "sglang_args" else (dict(BASE, **{key: value}), {})
+    with pytest.raises(AnsibleFilterError) as err:
+        sglang_options(base, args, ROLE)
+    message = str(err.value)
+    assert message.startswith(where + ": %r" % key)
+    assert variable in message and "set by the sglang role" in message
+    assert value not in message  # values (an api key) never in a message
+
+
+def test_null_cannot_remove_a_role_owned_option():
+    with pytest.raises(AnsibleFilterError, match="sglang_target_model"):
+        sglang_options(BASE, {"model_path": None}, ROLE)
+
+
+@pytest.mark.parametrize("key, option", [
+    ("model_pat", "model-path"),  # argparse would read --model-pat as --model-path
+    ("speculative-draft", "speculative-draft-model-path"),
+    ("node_ra", "node-rank"),
+    ("nccl_init", "dist-init-addr"),
+    ("tensor_parallel", "tp-size"),
+    ("tp_siz", "tp-size"),
+])
+def test_prefix_of_a_guarded_option_refused(key, option):
+    with pytest.raises(AnsibleFilterError) as err:
+        sglang_options(BASE, {key: "x"}, ROLE)
+    assert "%r is only the start of" % key in str(err.value) and option in str(err.value)
+
+
+@pytest.mark.parametrize("data, message", [
+    ([1], "sglang_args must be a dict of SGLang option -> value, got list"),
+    ({"tp size": 1}, "'tp size' is not an SGLang option name"),
+    ({"": 1}, "'' is not an SGLang option name"),
+])
+def test_bad_input(data, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        sglang_options(BASE, data)
+
+
+def test_none_args_and_bad_role_options():
+    assert sglang_options(BASE, None) == BASE
+    with pytest.raises(AnsibleFilterError, match="role_options must be a dict, got str"):
+        sglang_options(BASE, {}, "model-path")
+
+
+def test_tables_are_dash_form_and_consistent():
+    for alias, canonical in ALIASES.items():
+        assert alias != canonical and canonical not in ALIASES
+    for key in list(ALIASES) + list(ALIASES.values()) + list(ROLE_OWNED):
+        assert key == key.lower().replace("_", "-")

@@ -1,0 +1,86 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""sglang_options' tables against the parser of the real SGLang they were read from.
+
+The lab's SGLang venv builds ``ServerArgs.add_cli_args`` as ``prepare_server_args`` does and prints
+every action; the alias table must be exactly its multi-spelling options, and every option the role
+owns must exist. A version bump that adds, drops or renames an alias fails here. Skipped only where
+no lab venv with that SGLang exists (sglang_env says how to build one).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from ansible_collections.gpufleet.llm.plugins.filter.sglang_options import (
+    ALIASES, ALIASES_SGLANG_VERSION, ROLE_OWNED, sglang_options)
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
+    SGLANG_VERSION, sglang_python)
+
+DUMP = r"""
+import argparse, json
+from sglang.srt.server_args import ServerArgs
+parser = argparse.ArgumentParser(prog="sglang serve")
+ServerArgs.add_cli_args(parser)
+print("GPUFLEET-ACTIONS " + json.dumps([
+    {"dest": a.dest, "options": a.option_strings, "negatable": isinstance(a, argparse.BooleanOptionalAction)}
+    for a in parser._actions]))
+"""
+
+
+@pytest.fixture(scope="module")
+def actions(sglang_python):  # pylint: disable=redefined-outer-name
+    proc = subprocess.run([sglang_python, "-c", DUMP], capture_output=True, text=True, timeout=600, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("GPUFLEET-ACTIONS ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return json.loads(lines[-1][len("GPUFLEET-ACTIONS "):])
+
+
+def _long_names(action):
+    names = [o[2:] for o in action["options"] if o.startswith("--")]
+    if action["negatable"]:
+        names = [n for n in names if not n.startswith("no-")]  # a negation, not a second spelling
+    return names
+
+
+def test_table_is_for_the_lab_sglang():
+    assert ALIASES_SGLANG_VERSION == SGLANG_VERSION
+
+
+def test_aliases_match_sglang_parser(actions):  # pylint: disable=redefined-outer-name
+    expected = {}
+    for action in actions:
+        names = _long_names(action)
+        if len(names) < 2:
+            continue
+        own = action["dest"].replace("_", "-")
+        canonical = own if own in names else names[0]
+        expected.update((name, canonical) for name in names if name != canonical)
+    assert ALIASES == expected
+
+
+def test_role_owned_options_exist(actions):  # pylint: disable=redefined-outer-name
+    known = set(name for action in actions for name in _long_names(action))
+    assert set(ROLE_OWNED) <= known
+
+
+def test_no_other_option_is_a_prefix_of_a_guarded_one(actions):  # pylint: disable=redefined-outer-name
+    # The filter refuses every prefix of an alias, an aliased option or a role-owned option as an
+    # abbreviation; that is right only while no other option of SGLang is such a prefix.
+    dest = dict((name, action["dest"]) for action in actions for name in _long_names(action))
+    for guarded in set(ALIASES) | set(ALIASES.values()) | set(ROLE_OWNED):
+        for name in dest:
+            if guarded.startswith(name) and name != guarded:
+                assert dest[name] == dest[guarded], "%s is a prefix of %s" % (name, guarded)
+
+
+def test_every_alias_resolves_to_what_sglang_sets(actions):  # pylint: disable=redefined-outer-name
+    dest = dict((name, action["dest"]) for action in actions for name in _long_names(action))
+    for alias, canonical in ALIASES.items():
+        if canonical in ROLE_OWNED:
+            continue
+        got = sglang_options({}, {alias: 1})
+        assert list(got) == [canonical] and dest[canonical] == dest[alias]
