@@ -66,12 +66,18 @@ import signal
 import sys
 import threading
 import time
+import urllib.parse
+from fractions import Fraction
 from math import comb
 from pathlib import Path
 
 PROG = "gpufleet_lab_sglang"
 VERSION = "0.5.23-standin"
 LOG_PREFIX = "standin: "
+WEIGHT_VERSION = "default"  # SGLang's --weight-version default, echoed in every meta_info
+# SGLang 0.5.23's /flush_cache answer (plain text, no content type), word for word.
+FLUSH_OK = ("Cache flushed.\nPlease check backend logs for more details. "
+            "(When there are running or waiting requests, the operation will not be performed.)\n")
 
 # Options the stand-in reads (SGLang dash form) -> (type, default).
 OPTIONS = {
@@ -89,6 +95,7 @@ OPTIONS = {
     "nnodes": (int, 1),
     "node-rank": (int, 0),
     "dist-init-addr": (str, None),
+    "decode-log-interval": (int, 40),
 }
 # Real SGLang options the stand-in accepts and ignores (anything else is unknown -> exit 2).
 IGNORED_OPTIONS = {
@@ -339,6 +346,8 @@ def load_config(argv: list[str]) -> dict:
     ndt = config["speculative-num-draft-tokens"]
     if ndt is not None and ndt < 1:
         raise ConfigError(f"argument --speculative-num-draft-tokens: {ndt} must be >= 1")
+    if config["decode-log-interval"] < 1:
+        raise ConfigError(f"argument --decode-log-interval: {config['decode-log-interval']} must be >= 1")
     if config["served-model-name"] is None:
         config["served-model-name"] = config["model-path"]
     return config
@@ -531,45 +540,110 @@ def open_model(model_dir: str, role: str, stop: threading.Event) -> dict:
 # ---------------------------------------------------------------- serving
 
 class State:
+    """Counters as SGLang 0.5.23's scheduler keeps them (scheduler_components/metrics_reporter.py).
+
+    SGLang folds its per-interval speculative counters into the lifetime ones only every
+    `decode-log-interval` decode iterations (a decode iteration steps every running request once),
+    and /server_info's avg_spec_accept_length is lifetime accepted tokens / lifetime verify forwards,
+    absent until the first fold; /flush_cache resets all of it. The stand-in has no batches: each
+    verify step of a request counts 1/running of an iteration (running = requests decoding then), so
+    c requests in step count one iteration per round, as SGLang does, and a lone request exactly.
+    """
+
     def __init__(self, config: dict, model: Model):
         self.config = config
         self.model = model
         self.rank = config["node-rank"]
         self.ready = threading.Event()
         self.lock = threading.Lock()
+        self.idle = threading.Condition(self.lock)
         self.requests = 0
-        self.total_tokens = 0
-        self.total_steps = 0
-        self.last_throughput = 0.0
+        self.running = 0
+        self.flushing = False
+        self.interval = config["decode-log-interval"]
+        self.last_gen_throughput = 0.0
+        self.last_log_tic = time.monotonic()
+        self._reset_metrics()
 
-    def next_request(self) -> int:
+    def _reset_metrics(self) -> None:
+        # SGLang's MetricsReporter.reset_metrics(), called by a successful flush_cache; it leaves
+        # last_gen_throughput as it was.
+        self.iterations = Fraction(0)
+        self.next_fold = Fraction(self.interval)
+        self.gen_tokens = 0
+        self.spec_tokens = self.spec_forwards = 0
+        self.spec_total_tokens = self.spec_total_forwards = 0
+
+    def begin(self) -> int:
+        """A request starts decoding: its number (the seed of its draws)."""
         with self.lock:
-            n = self.requests
+            number = self.requests
             self.requests += 1
-            return n
+            self.running += 1
+            return number
 
-    def account(self, tokens: int, steps: int, seconds: float) -> None:
+    def end(self) -> None:
         with self.lock:
-            self.total_tokens += tokens
-            self.total_steps += steps
-            if seconds > 0:
-                self.last_throughput = tokens / seconds
+            self.running -= 1
+            if not self.running:
+                self.idle.notify_all()
+
+    def step(self, tokens: int) -> None:
+        """One verify step of one request that emitted `tokens`."""
+        with self.lock:
+            self.iterations += Fraction(1, max(self.running, 1))
+            self.gen_tokens += tokens
+            if self.model.speculative:
+                self.spec_tokens += tokens
+                self.spec_forwards += 1
+            if self.iterations >= self.next_fold:
+                self.next_fold += self.interval
+                self._fold()
+
+    def _fold(self) -> None:
+        now = time.monotonic()
+        gap = now - self.last_log_tic
+        self.last_log_tic = now
+        if gap > 0:
+            self.last_gen_throughput = self.gen_tokens / gap
+        self.gen_tokens = 0
+        self.spec_total_tokens += self.spec_tokens
+        self.spec_total_forwards += self.spec_forwards
+        self.spec_tokens = self.spec_forwards = 0
+        if self.model.speculative and self.spec_total_forwards:
+            log(f"decode log: accept len {self.spec_total_tokens / self.spec_total_forwards:.2f} "
+                f"(lifetime), #running-req: {self.running}")
+
+    def flush(self, timeout: float) -> tuple[bool, str]:
+        """(success, message) as SGLang's scheduler flush: only when no request is running; with
+        timeout > 0 it waits up to that long for the server to go idle."""
+        with self.idle:
+            if self.flushing:
+                return False, "Another flush_cache is already in progress."
+            if self.running and timeout > 0:
+                self.flushing = True
+                try:
+                    self.idle.wait_for(lambda: not self.running, timeout)
+                finally:
+                    self.flushing = False
+                if self.running:
+                    return False, "Timed out waiting for idle state."
+            if self.running:
+                log(f"Cache not flushed because there are pending requests. #running-req: {self.running}")
+                return False, ""
+            self._reset_metrics()
+            log("Cache flushed successfully!")
+            return True, ""
 
     def server_info(self) -> dict:
         info = {key.replace("-", "_"): value for key, value in self.config.items()}
         info["api_key"] = None
         info["version"] = VERSION
-        info["standin"] = True
-        info["standin_note"] = ("gpufleet lab SGLang stand-in, not SGLang: its figures say nothing "
-                                "about GPU performance")
-        info["standin_model"] = self.model.describe()
+        info["standin"] = True  # the lab's one marker (docs/lab.md): reports label stand-in figures
         with self.lock:
-            internal = {"last_gen_throughput": self.last_throughput,
-                        "completion_tokens_total": self.total_tokens}
-            if self.model.speculative:
-                internal["avg_spec_accept_length"] = (self.total_tokens / self.total_steps
-                                                      if self.total_steps else 1.0)
-                internal["spec_verify_ct_total"] = self.total_steps
+            internal = {"last_gen_throughput": self.last_gen_throughput}
+            if self.model.speculative and self.spec_total_forwards > 0:
+                internal["avg_spec_accept_length"] = self.spec_total_tokens / self.spec_total_forwards
         info["internal_states"] = [internal]
         return info
 
@@ -578,13 +652,27 @@ class BadRequest(Exception):
     pass
 
 
-def parse_generate(body: bytes) -> dict:
+def _check_sampling(max_new, temp, ignore_eos, *, prefix: str) -> None:
+    if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 0:
+        raise BadRequest(f"{prefix}max_new_tokens must be an integer >= 0")
+    if temp is not None and (isinstance(temp, bool) or not isinstance(temp, (int, float)) or temp < 0):
+        raise BadRequest(f"{prefix}temperature must be a number >= 0")
+    if not isinstance(ignore_eos, bool):
+        raise BadRequest(f"{prefix}ignore_eos must be a boolean")
+
+
+def _json_object(body: bytes) -> dict:
     try:
         req = json.loads(body or b"null")
     except ValueError:
         raise BadRequest("body is not JSON") from None
     if not isinstance(req, dict):
         raise BadRequest("body must be a JSON object")
+    return req
+
+
+def parse_generate(body: bytes) -> dict:
+    req = _json_object(body)
     text, ids = req.get("text"), req.get("input_ids")
     if text is not None:
         if not isinstance(text, str):
@@ -603,17 +691,146 @@ def parse_generate(body: bytes) -> dict:
     max_new = sp.get("max_new_tokens", 128)
     if max_new is None:
         max_new = 128
-    if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 0:
-        raise BadRequest("sampling_params.max_new_tokens must be an integer >= 0")
-    temp = sp.get("temperature", 1.0)
-    if temp is not None and (isinstance(temp, bool) or not isinstance(temp, (int, float)) or temp < 0):
-        raise BadRequest("sampling_params.temperature must be a number >= 0")
-    if not isinstance(sp.get("ignore_eos", False), bool):
-        raise BadRequest("sampling_params.ignore_eos must be a boolean")
+    _check_sampling(max_new, sp.get("temperature", 1.0), sp.get("ignore_eos", False),
+                    prefix="sampling_params.")
     stream = req.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("stream must be a boolean")
     return {"prompt_tokens": prompt_tokens, "max_new_tokens": max_new, "stream": stream}
+
+
+def render_chat(messages) -> str:
+    """The stand-in's chat template (ChatML-like; a real server applies the model's own template):
+    prompt_tokens of a chat request are the words of this text."""
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages must be a non-empty list")
+    parts = []
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise BadRequest("each message must be an object with a role")
+        content = message.get("content")
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise BadRequest("message content must be a string (parts are not supported by the stand-in)")
+        parts.append(f"<|im_start|>{message['role']}\n{content}<|im_end|>")
+    parts.append("<|im_start|>assistant\n")
+    return "\n".join(parts)
+
+
+def parse_chat(body: bytes) -> dict:
+    req = _json_object(body)
+    prompt_tokens = len(render_chat(req.get("messages")).split())
+    max_new = req.get("max_completion_tokens")
+    if max_new is None:
+        max_new = req.get("max_tokens")
+    if max_new is None:
+        max_new = 128
+    _check_sampling(max_new, req.get("temperature"), req.get("ignore_eos", False), prefix="")
+    flags = {}
+    for key in ("stream", "return_spec_tokens_details", "return_meta_info"):
+        flags[key] = req.get(key, False)
+        if not isinstance(flags[key], bool):
+            raise BadRequest(f"{key} must be a boolean")
+    options = req.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise BadRequest("stream_options must be an object")
+    model = req.get("model", "default")
+    if not isinstance(model, str):
+        raise BadRequest("model must be a string")
+    return {"prompt_tokens": prompt_tokens, "max_new_tokens": max_new, "model": model,
+            "include_usage": options.get("include_usage") is True, **flags}
+
+
+class Generation:
+    """One request's decode: verify steps paced by the delay model, tokens drawn by the accept model."""
+
+    def __init__(self, state: State, prompt_tokens: int, max_new_tokens: int):
+        self.state = state
+        self.model = state.model
+        self.prompt_tokens = prompt_tokens
+        self.max_new = max_new_tokens
+        self.number = state.begin()
+        self.rng = random.Random(f"{self.model.seed}:{self.number}")
+        self.rid = hashlib.sha256(f"{self.model.seed}:{self.number}".encode()).hexdigest()[:32]
+        self.started = time.monotonic()
+        self.ids: list[int] = []
+        self.verify_ct = 0
+        self.correct_drafts = 0
+        self.done = False
+        self._ended = False
+
+    @property
+    def text(self) -> str:
+        return " ".join(VOCAB[i] for i in self.ids)
+
+    def _finish(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self.state.end()
+
+    def steps(self):
+        """Yields after every verify step (and once at the end when there is none). The request
+        leaves the running set before the last yield, as SGLang finishes a request in its scheduler
+        before the answer goes out: a /flush_cache right after the answer finds the server idle."""
+        deadline = self.started
+        try:
+            while len(self.ids) < self.max_new:
+                deadline += self.model.step_seconds
+                delay = deadline - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                left = self.max_new - len(self.ids)
+                k = (draw_step_tokens(self.rng, self.model.block, self.model.p, left)
+                     if self.model.speculative else 1)
+                for _token in range(k):
+                    self.ids.append((self.number * 7919 + len(self.ids) * 31) % len(VOCAB))
+                self.verify_ct += 1
+                self.correct_drafts += k - 1
+                self.state.step(k)
+                if len(self.ids) >= self.max_new:
+                    break
+                yield
+            self.done = True
+            self._finish()
+            yield
+        finally:
+            self._finish()
+
+    def meta_info(self) -> dict:
+        """meta_info as SGLang's TokenizerManager builds it; e2e_latency and the spec_* figures
+        only in the last answer, the spec_* ones only with speculative decoding."""
+        n = len(self.ids)
+        meta = {"id": self.rid, "finish_reason": {"type": "length", "length": n} if self.done else None,
+                "prompt_tokens": self.prompt_tokens, "weight_version": WEIGHT_VERSION,
+                "num_retractions": 0, "reasoning_tokens": 0, "completion_tokens": n, "cached_tokens": 0}
+        if self.done:
+            meta["e2e_latency"] = time.monotonic() - self.started
+            proposed = self.verify_ct * (self.model.block - 1)
+            if self.model.speculative and self.verify_ct and proposed:
+                meta.update(spec_accept_rate=self.correct_drafts / proposed,
+                            spec_accept_length=n / self.verify_ct,
+                            spec_num_correct_drafts=self.correct_drafts,
+                            spec_num_proposed_drafts=proposed, spec_verify_ct=self.verify_ct)
+        return meta
+
+    def spec_tokens_details(self) -> dict | None:
+        """SpecTokensDetails of SGLang's OpenAI protocol (sglext), from the final meta_info."""
+        meta = self.meta_info()
+        if "spec_verify_ct" not in meta:
+            return None
+        return {"spec_accept_rate": meta["spec_accept_rate"], "spec_accept_length": meta["spec_accept_length"],
+                "spec_cap_length": 0.0, "spec_block_accept_length": 0.0,
+                "spec_num_correct_drafts": meta["spec_num_correct_drafts"],
+                "spec_num_proposed_drafts": meta["spec_num_proposed_drafts"],
+                "spec_verify_ct": meta["spec_verify_ct"], "spec_correct_drafts_histogram": [],
+                "spec_cap_lens_histogram": []}
+
+    def usage(self) -> dict:
+        n = len(self.ids)
+        return {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + n,
+                "completion_tokens": n, "prompt_tokens_details": None, "reasoning_tokens": 0,
+                "completion_tokens_details": None}
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -628,38 +845,59 @@ class Handler(http.server.BaseHTTPRequestHandler):
             log("http " + format % args)
 
     # -- helpers
-    def _json(self, code: int, obj) -> None:
-        data = json.dumps(obj).encode()
+    def _send(self, code: int, data: bytes, content_type: str | None) -> None:
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        if content_type:
+            self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
+    def _json(self, code: int, obj) -> None:
+        self._send(code, json.dumps(obj).encode(), "application/json")
+
+    def _empty(self, code: int) -> None:
+        """SGLang's bare `Response(status_code=...)`: no body, no content type."""
+        self._send(code, b"", None)
+
+    def _sse_start(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+
+    def _sse(self, obj) -> None:
+        self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
     def _authorized(self, path: str) -> bool:
         key = self.state.config["api-key"]
-        if not key or path.startswith("/health"):
+        if not key or path.startswith(("/health", "/ready", "/metrics")):
             return True
         got = self.headers.get("Authorization", "")
-        return hmac.compare_digest(got.encode(), f"Bearer {key}".encode())
+        scheme, _sep, token = got.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), key.encode())
 
     def _route(self, method: str) -> None:
         path = self.path.split("?", 1)[0]
         try:
             if not self._authorized(path):
-                self._json(401, {"error": "Unauthorized: missing or wrong API key"})
+                self._json(401, {"error": "Unauthorized"})
                 return
             st = self.state
             if st.rank > 0:
-                if path.startswith("/health"):
-                    self._json(200, {})
+                # Ranks > 0 serve no API, only SGLang's dummy health check server
+                # (utils/common.py launch_dummy_health_check_server): 200 from the start.
+                if method == "GET" and path in ("/health", "/health_generate", "/ping"):
+                    self._empty(200)
                 else:
-                    self._json(503, {"error": "not rank 0"})
+                    self._json(404, {"detail": "Not Found"})
                 return
             handler = ROUTES.get((method, path))
             if handler is None:
-                self._json(404 if not any(p == path for _method, p in ROUTES) else 405,
-                           {"error": f"no route {method} {path}"})
+                if any(p == path for _method, p in ROUTES):
+                    self._json(405, {"detail": "Method Not Allowed"})
+                else:
+                    self._json(404, {"detail": "Not Found"})
                 return
             handler(self)
         except (BrokenPipeError, ConnectionResetError):
@@ -671,6 +909,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802
         self._route("POST")
 
+    def do_PUT(self):  # noqa: N802
+        self._route("PUT")
+
     def _read_body(self) -> bytes:
         try:
             length = int(self.headers.get("Content-Length", "0"))
@@ -680,100 +921,138 @@ class Handler(http.server.BaseHTTPRequestHandler):
             raise BadRequest(f"body must be 0..{MAX_BODY} bytes")
         return self.rfile.read(length)
 
+    def _query(self) -> dict:
+        return dict(urllib.parse.parse_qsl(self.path.partition("?")[2]))
+
     # -- routes
     def health(self):
-        self._json(200 if self.state.ready.is_set() else 503, {} if self.state.ready.is_set()
-                   else {"error": "loading"})
+        self._empty(200 if self.state.ready.is_set() else 503)
 
     def health_generate(self):
         if not self.state.ready.is_set():
-            self._json(503, {"error": "loading"})
+            self._empty(503)
             return
         time.sleep(self.state.model.step_seconds)  # one internal 1-token generation
-        self._json(200, {})
+        self._empty(200)
 
     def model_info(self):
         c = self.state.config
         self._json(200, {"model_path": c["model-path"], "tokenizer_path": c["model-path"],
                          "is_generation": True, "served_model_name": c["served-model-name"],
-                         "standin": True})
+                         "weight_version": WEIGHT_VERSION, "standin": True})
 
     def server_info(self):
         self._json(200, self.state.server_info())
 
     def flush_cache(self):
-        self._json(200, {})
-
-    def generate(self):
         try:
-            req = parse_generate(self._read_body())
+            timeout = float(self._query().get("timeout", 0.0))
+        except ValueError:
+            timeout = -1.0
+        if not timeout >= 0:  # NaN as well
+            self._json(422, {"detail": "timeout: Input should be greater than or equal to 0"})
+            return
+        ok, message = self.state.flush(timeout)
+        if ok:
+            self._send(200, FLUSH_OK.encode(), None)
+        else:
+            self._send(400, (message or "Flush cache failed.\n").encode(), None)
+
+    def _admit(self, parse):
+        try:
+            req = parse(self._read_body())
         except BadRequest as e:
             self._json(400, {"error": str(e)})
-            return
-        st = self.state
-        if not st.ready.is_set():
-            self._json(503, {"error": "loading"})
-            return
-        model = st.model
-        number = st.next_request()
-        rng = random.Random(f"{model.seed}:{number}")
-        rid = hashlib.sha256(f"{model.seed}:{number}".encode()).hexdigest()[:32]
-        max_new = req["max_new_tokens"]
-        step_s = model.step_seconds
-        started = time.monotonic()
-        words: list[str] = []
-        steps = 0
+            return None
+        if not self.state.ready.is_set():
+            self._empty(503)
+            return None
+        return req
 
-        def event(done: bool) -> dict:
-            meta = {"id": rid, "prompt_tokens": req["prompt_tokens"], "completion_tokens": len(words),
-                    "spec_verify_ct": steps, "e2e_latency": time.monotonic() - started,
-                    "finish_reason": {"type": "length", "length": len(words)} if done else None}
-            return {"text": " ".join(words), "meta_info": meta}
+    def generate(self):
+        req = self._admit(parse_generate)
+        if req is None:
+            return
+        gen = Generation(self.state, req["prompt_tokens"], req["max_new_tokens"])
+
+        def answer() -> dict:
+            return {"text": gen.text, "output_ids": list(gen.ids), "meta_info": gen.meta_info()}
 
         if req["stream"]:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.end_headers()
-        deadline = started
-        accounted = False
-        try:
-            while len(words) < max_new:
-                deadline += step_s
-                delay = deadline - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                left = max_new - len(words)
-                k = draw_step_tokens(rng, model.block, model.p, left) if model.speculative else 1
-                for _token in range(k):
-                    words.append(VOCAB[(number * 7919 + len(words) * 31) % len(VOCAB)])
-                steps += 1
-                if req["stream"] and len(words) < max_new:
-                    self.wfile.write(b"data: " + json.dumps(event(False)).encode() + b"\n\n")
-            final = event(True)
-            # Counted before the client sees the end (as a server's metrics are): a client that
-            # reads /server_info right after its last response must find that response in it.
-            st.account(len(words), steps, time.monotonic() - started)
-            accounted = True
+            self._sse_start()
+        for _step in gen.steps():
             if req["stream"]:
-                self.wfile.write(b"data: " + json.dumps(final).encode() + b"\n\n")
-                self.wfile.write(b"data: [DONE]\n\n")
-            else:
-                self._json(200, final)
-        finally:
-            if not accounted:
-                st.account(len(words), steps, time.monotonic() - started)
+                self._sse(answer())
+        if req["stream"]:
+            self.wfile.write(b"data: [DONE]\n\n")
+        else:
+            self._json(200, answer())
+
+    def chat_completions(self):
+        req = self._admit(parse_chat)
+        if req is None:
+            return
+        gen = Generation(self.state, req["prompt_tokens"], req["max_new_tokens"])
+        created = int(time.time())
+        head = {"id": gen.rid, "object": "chat.completion.chunk", "created": created, "model": req["model"]}
+        if not req["stream"]:
+            for _step in gen.steps():
+                pass
+            self._json(200, chat_answer(gen, req, created))
+            return
+        self._sse_start()
+        sent = 0
+
+        def chunk(delta: dict, finish=None) -> dict:
+            return {**head, "choices": [{"index": 0, "delta": {"reasoning_content": None, **delta},
+                                         "logprobs": None, "finish_reason": finish, "matched_stop": None}]}
+
+        self._sse(chunk({"role": "assistant", "content": ""}))
+        for _step in gen.steps():
+            words = gen.text.split()
+            if len(words) > sent:
+                self._sse(chunk({"content": ("" if not sent else " ") + " ".join(words[sent:])}))
+                sent = len(words)
+        self._sse(chunk({}, finish="length"))
+        details = gen.spec_tokens_details() if req["return_spec_tokens_details"] else None
+        if details is not None:
+            self._sse({**head, "choices": [], "usage": None, "sglext": {"spec_tokens_details": details}})
+        if req["include_usage"]:
+            self._sse({**head, "choices": [], "usage": gen.usage()})
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+def chat_answer(gen: Generation, req: dict, created: int) -> dict:
+    """ChatCompletionResponse of SGLang's OpenAI protocol, for one finished generation."""
+    choice = {"index": 0, "message": {"role": "assistant", "content": gen.text, "reasoning_content": None},
+              "logprobs": None, "finish_reason": "length", "matched_stop": None}
+    if req["return_meta_info"]:
+        choice["meta_info"] = gen.meta_info()
+    out = {"id": gen.rid, "object": "chat.completion", "created": created, "model": req["model"],
+           "choices": [choice], "usage": gen.usage(), "metadata": {"weight_version": WEIGHT_VERSION}}
+    details = gen.spec_tokens_details() if req["return_spec_tokens_details"] else None
+    if details is not None:
+        out["sglext"] = {"spec_tokens_details": details}
+    return out
+
+
+def _ready(handler: Handler) -> None:
+    handler._empty(200 if handler.state.ready.is_set() else 503)
 
 
 ROUTES = {
     ("GET", "/health"): Handler.health,
     ("GET", "/health_generate"): Handler.health_generate,
+    ("GET", "/ready"): _ready,
     ("GET", "/model_info"): Handler.model_info,
     ("GET", "/get_model_info"): Handler.model_info,
     ("GET", "/server_info"): Handler.server_info,
     ("GET", "/get_server_info"): Handler.server_info,
     ("POST", "/generate"): Handler.generate,
+    ("PUT", "/generate"): Handler.generate,
+    ("GET", "/flush_cache"): Handler.flush_cache,
     ("POST", "/flush_cache"): Handler.flush_cache,
+    ("POST", "/v1/chat/completions"): Handler.chat_completions,
 }
 
 

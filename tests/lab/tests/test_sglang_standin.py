@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import http.client
 import json
 import os
 import shutil
@@ -208,15 +209,18 @@ def test_health_503_while_loading_then_200_and_model_info(start, models):
     assert s.first_answer() == 503
     assert s.get("/health_generate")[0] == 503
     assert s.generate({"text": "hi"})[0] == 503
+    assert s.get("/ready") == (503, "")
     s.wait_ready()
-    assert s.get("/health") == (200, {})
-    assert s.get("/health_generate") == (200, {})
+    # SGLang's bare Response(status_code=...): no body
+    assert s.get("/health") == (200, "")
+    assert s.get("/health_generate") == (200, "")
+    assert s.get("/ready") == (200, "")
     for path in ("/model_info", "/get_model_info"):
         status, info = s.get(path)
         assert status == 200
         assert info == {"model_path": str(models["target"]), "tokenizer_path": str(models["target"]),
                         "is_generation": True, "served_model_name": str(models["target"]),
-                        "standin": True}
+                        "weight_version": "default", "standin": True}
     log = s.log
     assert "STAND-IN" in log and "standin: ready" in log
     assert log.index("opened target") < log.index("standin: ready")
@@ -230,25 +234,28 @@ def test_autoregressive_generate_shapes(start, models):
     status, out = s.generate({"text": "one two three", "sampling_params": {
         "max_new_tokens": 12, "temperature": 0, "ignore_eos": True}})
     assert status == 200
+    assert set(out) == {"text", "output_ids", "meta_info"}
     meta = out["meta_info"]
-    assert set(meta) == {"id", "prompt_tokens", "completion_tokens", "spec_verify_ct", "e2e_latency",
-                         "finish_reason"}
+    # As SGLang 0.5.23 without speculative decoding: no spec_* figures at all.
+    assert set(meta) == {"id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions",
+                         "reasoning_tokens", "completion_tokens", "cached_tokens", "e2e_latency"}
     assert meta["prompt_tokens"] == 3
-    assert meta["completion_tokens"] == 12 and len(out["text"].split()) == 12
-    assert meta["spec_verify_ct"] == 12  # not speculative: one token per step
+    assert meta["completion_tokens"] == 12 and len(out["text"].split()) == 12 == len(out["output_ids"])
     assert meta["finish_reason"] == {"type": "length", "length": 12}
     assert meta["e2e_latency"] > 0
 
     status, out = s.generate({"input_ids": [1, 2, 3, 4, 5], "sampling_params": {"max_new_tokens": 4}})
     assert status == 200 and out["meta_info"]["prompt_tokens"] == 5
-    assert out["meta_info"]["spec_verify_ct"] == 4
+    assert out["meta_info"]["completion_tokens"] == 4 and "spec_verify_ct" not in out["meta_info"]
 
     events = stream_events(s, {"text": "a b", "sampling_params": {"max_new_tokens": 7}})[1]
     assert len(events) == 7  # one event per verify step
     for i, ev in enumerate(events, start=1):
-        assert ev["meta_info"]["completion_tokens"] == i == ev["meta_info"]["spec_verify_ct"]
+        assert ev["meta_info"]["completion_tokens"] == i
         assert len(ev["text"].split()) == i  # cumulative text
-        assert set(ev["meta_info"]) == set(meta)
+    assert set(events[-1]["meta_info"]) == set(meta)
+    # e2e_latency only once finished, as SGLang sets it
+    assert all(set(ev["meta_info"]) == set(meta) - {"e2e_latency"} for ev in events[:-1])
     assert [ev["meta_info"]["finish_reason"] for ev in events[:-1]] == [None] * 6
     assert events[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 7}
     assert events[0]["text"] == events[-1]["text"].split()[0]
@@ -267,7 +274,8 @@ def test_autoregressive_generate_shapes(start, models):
                 {"text": "x", "stream": "yes"}, {"input_ids": ["a"]}):
         status, err = s.generate(bad)
         assert status == 400 and err["error"], bad
-    assert s.get("/nope")[0] == 404
+    assert s.get("/nope") == (404, {"detail": "Not Found"})
+    assert s.get("/generate") == (405, {"detail": "Method Not Allowed"})
     assert s.stop() == 0
 
 
@@ -284,8 +292,8 @@ def test_speculative_accept_length_matches_the_model(start, models, case):
     s.wait_ready()
     block = ndt or DRAFTER_BLOCK
     status, info = s.get("/server_info")
-    assert info["internal_states"][0]["avg_spec_accept_length"] == 1.0  # before any generation
-    assert info["standin_model"]["block"] == block
+    assert "avg_spec_accept_length" not in info["internal_states"][0]  # absent before any decode-log interval
+    assert f'"block": {block}' in s.log  # the delay model in effect, logged at start
 
     body = {"text": "count to many", "sampling_params": {"max_new_tokens": max_new, "temperature": 0}}
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
@@ -301,15 +309,114 @@ def test_speculative_accept_length_matches_the_model(start, models, case):
     predicted = standin.predicted_accept_mean(block, float(mean), max_new)
     assert tokens / steps == pytest.approx(predicted, rel=0.05)
 
+    assert all(m["spec_accept_length"] == m["completion_tokens"] / m["spec_verify_ct"] for m in metas)
+    assert all(m["spec_num_proposed_drafts"] == m["spec_verify_ct"] * (block - 1) for m in metas)
+    # Folded at decode-log intervals (most of the steps here): near the model, never exact.
     internal = s.get("/server_info")[1]["internal_states"][0]
-    assert internal["spec_verify_ct_total"] == steps
-    assert internal["avg_spec_accept_length"] == pytest.approx(tokens / steps, rel=1e-12)
+    assert internal["avg_spec_accept_length"] == pytest.approx(predicted, rel=0.1)
+    assert "spec_verify_ct_total" not in internal
 
     events = stream_events(s, body)[1]
     last = events[-1]["meta_info"]
     assert len(events) == last["spec_verify_ct"] and last["completion_tokens"] == max_new
+    assert not any("spec_verify_ct" in ev["meta_info"] for ev in events[:-1])  # only once finished
     counts = [ev["meta_info"]["completion_tokens"] for ev in events]
     assert all(0 < b - a <= block for a, b in zip([0] + counts, counts))
+    assert s.stop() == 0
+
+
+def folded_accept_length(step_tokens: list[int], interval: int) -> float | None:
+    """SGLang's avg_spec_accept_length for one request at a time: only whole decode-log intervals
+    of verify steps are folded into the lifetime figure; None (absent) before the first."""
+    folded = len(step_tokens) // interval * interval
+    return sum(step_tokens[:folded]) / folded if folded else None
+
+
+def test_avg_accept_length_refreshes_at_decode_log_intervals_and_flush_resets(start, models):
+    interval = 10
+    s = start(spec_config(models, **{"speculative-num-draft-tokens": 4, "decode-log-interval": interval}),
+              env={"GPUFLEET_STANDIN_ACCEPT_MEAN": "2.0"})
+    s.wait_ready()
+    steps: list[int] = []  # tokens of every verify step so far, one request at a time
+    seen = []
+    for max_new in (5, 9, 16, 23, 40):
+        events = stream_events(s, {"text": "x", "sampling_params": {"max_new_tokens": max_new}})[1]
+        counts = [ev["meta_info"]["completion_tokens"] for ev in events]
+        steps += [b - a for a, b in zip([0] + counts, counts)]
+        internal = s.get("/server_info")[1]["internal_states"][0]
+        want = folded_accept_length(steps, interval)
+        seen.append(want)
+        if want is None:
+            assert "avg_spec_accept_length" not in internal, (steps, internal)
+        else:
+            assert internal["avg_spec_accept_length"] == pytest.approx(want, rel=1e-12), steps
+    assert seen[0] is None and seen[-1] is not None  # the first request alone never reaches an interval
+
+    status, text = s.request("POST", "/flush_cache")[:2]
+    assert (status, text) == (200, standin.FLUSH_OK)
+    assert "avg_spec_accept_length" not in s.get("/server_info")[1]["internal_states"][0]
+    assert s.request("GET", "/flush_cache")[0] == 200
+    assert s.stop() == 0
+
+
+def test_flush_cache_refused_while_a_request_runs(start, models):
+    s = start({"model-path": str(models["target"])})
+    s.wait_ready()
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=HTTP_TIMEOUT)
+    body = json.dumps({"text": "x", "stream": True, "sampling_params": {"max_new_tokens": 400}})
+    conn.request("POST", "/generate", body=body, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    assert resp.fp.readline().startswith(b"data: ")  # the request is decoding now
+    assert s.request("POST", "/flush_cache")[:2] == (400, "Flush cache failed.\n")
+    # With a timeout SGLang waits for the server to go idle, then flushes.
+    assert s.request("POST", "/flush_cache?timeout=600")[:2] == (200, standin.FLUSH_OK)
+    rest = resp.read().decode()
+    conn.close()
+    assert rest.endswith("data: [DONE]\n\n")
+    assert s.request("POST", "/flush_cache?timeout=-1")[0] == 422
+    assert s.stop() == 0
+
+
+def test_chat_completions(start, models):
+    s = start(spec_config(models, **{"served-model-name": "kimi"}))
+    s.wait_ready()
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "count to ten"}]
+    body = {"model": "kimi", "messages": messages, "max_completion_tokens": 24, "temperature": 0,
+            "return_spec_tokens_details": True}
+    status, out, _hdrs = s.request("POST", "/v1/chat/completions", body=body)
+    assert status == 200, out
+    assert set(out) == {"id", "object", "created", "model", "choices", "usage", "metadata", "sglext"}
+    assert out["object"] == "chat.completion" and out["model"] == "kimi"
+    choice = out["choices"][0]
+    assert choice["finish_reason"] == "length" and choice["message"]["role"] == "assistant"
+    assert len(choice["message"]["content"].split()) == 24
+    usage = out["usage"]
+    prompt = len(standin.render_chat(messages).split())
+    assert usage["prompt_tokens"] == prompt and usage["completion_tokens"] == 24
+    assert usage["total_tokens"] == prompt + 24
+    spec = out["sglext"]["spec_tokens_details"]
+    assert spec["spec_accept_length"] == pytest.approx(24 / spec["spec_verify_ct"])
+
+    # Without asking for them there are no speculative figures (as SGLang).
+    status, out, _hdrs = s.request("POST", "/v1/chat/completions", body={"messages": messages, "max_tokens": 8})
+    assert status == 200 and "sglext" not in out and out["model"] == "default"
+
+    status, raw, hdrs = s.request("POST", "/v1/chat/completions", body={
+        **body, "stream": True, "stream_options": {"include_usage": True}})
+    assert status == 200 and hdrs["Content-Type"] == "text/event-stream"
+    chunks = [json.loads(c[len("data: "):]) for c in raw.split("\n\n")[:-2]]
+    assert raw.endswith("data: [DONE]\n\n")
+    assert chunks[0]["choices"][0]["delta"] == {"reasoning_content": None, "role": "assistant", "content": ""}
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert len(text.split()) == 24
+    finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    assert finish[-1] == "length" and set(finish[:-1]) == {None}
+    assert chunks[-2]["sglext"]["spec_tokens_details"]["spec_verify_ct"] >= 24 // DRAFTER_BLOCK
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 24
+
+    for bad in ({"messages": []}, {"messages": "hi"}, {"messages": messages, "stream": "yes"}):
+        assert s.request("POST", "/v1/chat/completions", body=bad)[0] == 400, bad
     assert s.stop() == 0
 
 
@@ -330,10 +437,11 @@ def test_api_key(start, models):
     s.wait_ready()
     good = {"Authorization": f"Bearer {key}"}
     bad = {"Authorization": "Bearer wrong"}
-    assert s.get("/health") == (200, {})  # /health stays open
+    assert s.get("/health") == (200, "")  # /health stays open
+    assert s.get("/ready") == (200, "")
     assert s.get("/health_generate")[0] == 200
     for path in ("/model_info", "/server_info"):
-        assert s.get(path)[0] == 401
+        assert s.get(path) == (401, {"error": "Unauthorized"})
         assert s.get(path, headers=bad)[0] == 401
         assert s.get(path, headers=good)[0] == 200
     body = {"text": "hi", "sampling_params": {"max_new_tokens": 2}}
@@ -473,8 +581,10 @@ def test_rank_1_health_only(start, models):
     s = start({"model-path": str(models["target"]), "nnodes": 2, "node-rank": 1,
                "dist-init-addr": "10.231.0.11:5000"}, env={"GPUFLEET_STANDIN_NEVER_READY": "1"})
     assert s.first_answer() == 200  # unconditionally, even while "loading"
-    assert s.generate({"text": "x"}) == (503, {"error": "not rank 0"})
-    assert s.get("/model_info") == (503, {"error": "not rank 0"})
+    # Only SGLang's dummy health check server listens on ranks > 0.
+    assert s.get("/health_generate") == (200, "") and s.get("/ping") == (200, "")
+    assert s.generate({"text": "x"}) == (404, {"detail": "Not Found"})
+    assert s.get("/model_info") == (404, {"detail": "Not Found"})
     s.wait_log(lambda log: "opened target" in log)  # ranks > 0 open the model too
     assert s.proc.poll() is None, s.log
     assert s.stop() == 0
