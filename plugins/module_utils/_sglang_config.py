@@ -38,6 +38,9 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._secrets import MASK
 SECRET_KEY = re.compile(r"(api-key|password|passwd|secret|credential|(^|-)token$)")
 KEY_SHAPE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 LINE = re.compile(r"^(\s*)([A-Za-z0-9_.-]+)(\s*:\s*)(.*)$")
+# format env: systemd EnvironmentFile= lines, NAME="value".
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_LINE = re.compile(r"^(\s*)([A-Za-z_][A-Za-z0-9_]*)(=)(.*)$")
 HEADER = "# Managed by gpufleet.llm (sglang role): edits are replaced on the next deploy.\n"
 
 
@@ -75,6 +78,41 @@ def normalise(options, secrets=None):
     return out
 
 
+def normalise_env(options, secrets=None):
+    """Environment variables and secret ones -> {NAME: text}; names are kept as given (case matters)."""
+    out = {}
+    for source, data in (("options", options or {}), ("secrets", secrets or {})):
+        if not isinstance(data, dict):
+            raise ConfigError("%s must be a dict of environment variable -> value, got %s" % (source, type(data).__name__))
+        for raw, value in data.items():
+            name = str(raw)
+            if not ENV_NAME.match(name):
+                raise ConfigError("%s: %r is not an environment variable name (letters, digits and _, "
+                                  "not starting with a digit)" % (source, name))
+            if name in out:
+                raise ConfigError("environment variable %s is given twice: keep one" % name)
+            if value is None:
+                continue
+            if isinstance(value, (dict, list)):
+                raise ConfigError("environment variable %s must be a string or a number, not a %s"
+                                  % (name, type(value).__name__))
+            text = str(value)
+            if "\n" in text or "\r" in text or "\0" in text:
+                raise ConfigError("environment variable %s contains a line break or NUL, which an "
+                                  "EnvironmentFile cannot hold: remove it" % name)
+            out[name] = text
+    return out
+
+
+def render_env(variables):
+    """The environment file's text: a header, then ``NAME="value"`` per variable, names sorted."""
+    lines = [HEADER]
+    for name in sorted(variables):
+        value = variables[name].replace("\\", "\\\\").replace('"', '\\"')
+        lines.append('%s="%s"\n' % (name, value))
+    return "".join(lines)
+
+
 def render(options):
     """The file's text: a header, then ``key: <JSON>`` per option, keys sorted."""
     lines = [HEADER]
@@ -87,11 +125,11 @@ def render(options):
     return "".join(lines)
 
 
-def mask_text(text, secret_values=()):
+def mask_text(text, secret_values=(), line_shape=LINE):
     """Text with the values of secret-looking keys, and any given secret value, replaced by MASK."""
     out = []
     for line in text.splitlines(True):
-        m = LINE.match(line)
+        m = line_shape.match(line)
         if m and is_secret(m.group(2).replace("_", "-")) and m.group(4).strip() not in ("", "null", "~"):
             line = "%s%s%s%s\n" % (m.group(1), m.group(2), m.group(3), json.dumps(MASK))
         out.append(line)
@@ -99,7 +137,7 @@ def mask_text(text, secret_values=()):
 
 
 def masked_options(options):
-    return dict((k, MASK if is_secret(k) else v) for k, v in options.items())
+    return dict((k, MASK if is_secret(str(k).replace("_", "-")) else v) for k, v in options.items())
 
 
 def read_text(path):
@@ -160,7 +198,16 @@ def argument_spec() -> dict[str, dict[str, Any]]:
         group=dict(type="str"),
         mode=dict(type="raw", default="0640"),
         previous=dict(type="path"),
+        format=dict(type="str", choices=["yaml", "env"], default="yaml"),
     )
+
+
+def secret_option_values(params: dict[str, Any]) -> list[str]:
+    """Values of secret-looking names given in ``options``: the module keeps them out of every output."""
+    options = params.get("options") or {}
+    if not isinstance(options, dict):
+        return []
+    return [str(v) for k, v in options.items() if v not in (None, "") and is_secret(str(k).replace("_", "-"))]
 
 
 def file_mode(mode: int | str) -> int:
@@ -173,8 +220,12 @@ def file_mode(mode: int | str) -> int:
         raise ModuleFailure("mode must be octal like 0640, got %r" % mode)
 
 
-def owner_ids(owner: str | None, group: str | None) -> tuple[int, int]:
-    """(uid, gid) of the owner and group options; -1 leaves that one as it is."""
+def owner_ids(owner: str | None, group: str | None, *, check_mode: bool = False) -> tuple[int, int]:
+    """(uid, gid) of the owner and group options; -1 leaves that one as it is.
+
+    In check mode a missing user or group is not an error: on a host that never ran the role, the
+    tasks before this one would have created them, and check mode created nothing.
+    """
     uid = gid = -1
     try:
         if owner:
@@ -182,16 +233,32 @@ def owner_ids(owner: str | None, group: str | None) -> tuple[int, int]:
         if group:
             gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
     except KeyError:
+        if check_mode:
+            return -1, -1
         raise ModuleFailure("owner %r or group %r does not exist on this host: create the service user first"
                             % (owner, group))
     return uid, gid
 
 
-def _check_path(path: str) -> None:
-    if not path.endswith((".yaml", ".yml")):
+def _check_path(path: str, *, fmt: str, check_mode: bool) -> bool:
+    """Whether the file's directory exists; a missing one is an error outside check mode."""
+    if fmt == "yaml" and not path.endswith((".yaml", ".yml")):
         raise ModuleFailure("path %s must end in .yaml or .yml: SGLang reads --config files by suffix" % path)
-    if not os.path.isdir(os.path.dirname(path) or "."):
-        raise ModuleFailure("the directory of %s does not exist: create it first" % path)
+    if os.path.isdir(os.path.dirname(path) or "."):
+        return True
+    if check_mode:
+        # A first deploy in check mode: the directory would be created by an earlier task.
+        return False
+    raise ModuleFailure("the directory of %s does not exist: create it first" % path)
+
+
+def _render(params: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The normalised options and the file's text, in the file's format."""
+    if params["format"] == "env":
+        variables = normalise_env(params["options"], params["secrets"])
+        return variables, render_env(variables)
+    options = normalise(params["options"], params["secrets"])
+    return options, render(options)
 
 
 def run(params: dict[str, Any], *, check_mode: bool) -> dict[str, Any]:
@@ -201,22 +268,25 @@ def run(params: dict[str, Any], *, check_mode: bool) -> dict[str, Any]:
     module's to set (Ansible's file attribute handling), not this function's.
     """
     path = params["path"]
-    _check_path(path)
+    fmt = params.get("format") or "yaml"
+    params = dict(params, format=fmt)
+    directory_exists = _check_path(path, fmt=fmt, check_mode=check_mode)
     mode = file_mode(params["mode"])
     secret_values = [str(v) for v in (params["secrets"] or {}).values() if v not in (None, "")]
     try:
-        options = normalise(params["options"], params["secrets"])
-        text = render(options)
-        before = read_text(path)
+        options, text = _render(params)
+        before = read_text(path) if directory_exists else None
     except ConfigError as exc:
         raise ModuleFailure(str(exc))
-    uid, gid = owner_ids(params["owner"], params["group"])
+    uid, gid = owner_ids(params["owner"], params["group"], check_mode=check_mode)
     result = dict(changed=False, path=path, options=masked_options(options))
     if before == text:
         return result
     result["changed"] = True
-    result["diff"] = dict(before_header=path, after_header=path, before=mask_text(before or "", secret_values),
-                          after=mask_text(text, secret_values))
+    shape = ENV_LINE if fmt == "env" else LINE
+    result["diff"] = dict(before_header=path, after_header=path,
+                          before=mask_text(before or "", secret_values, line_shape=shape),
+                          after=mask_text(text, secret_values, line_shape=shape))
     if check_mode:
         return result
     try:

@@ -23,6 +23,11 @@ description:
   - "The diff shows secret values (O(secrets) and any option whose name looks like one: C(api-key),
     C(*-password), C(*-token)) as C(********), before and after."
   - Does not validate option names against SGLang; that is gpufleet.llm.sglang_preflight's job.
+  - "With O(format=env) the file is the unit's C(EnvironmentFile): one C(NAME=\"value\") line per variable (names as
+    given, sorted; backslash and double quote escaped), and secret-looking names (C(HF_TOKEN), C(*_API_KEY),
+    C(*_PASSWORD), C(*_SECRET*)) are masked in the diff and kept out of every output, as O(secrets) are."
+  - "In check mode, a missing directory of O(path) or a missing O(owner) or O(group) is not an error: on a host that
+    never ran the C(sglang) role the tasks before would have created them; the diff shows the whole new file."
 author:
   - gpufleet.llm maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -37,7 +42,9 @@ attributes:
     support: full
 options:
   path:
-    description: The config file; must end in C(.yaml) or C(.yml), as SGLang requires. Its directory must exist.
+    description:
+      - The file. A config (O(format=yaml)) must end in C(.yaml) or C(.yml), as SGLang requires. Its directory must
+        exist (except in check mode).
     type: path
     required: true
   options:
@@ -61,6 +68,13 @@ options:
   previous:
     description: Where to keep the file being replaced (mode and owner kept), for a rollback. Empty keeps nothing.
     type: path
+  format:
+    description:
+      - V(yaml) writes SGLang's C(--config) file (dash-form option names, JSON flow values).
+      - V(env) writes a systemd C(EnvironmentFile) from O(options) and O(secrets) as environment variables.
+    type: str
+    choices: [yaml, env]
+    default: yaml
 seealso:
   - module: gpufleet.llm.sglang_preflight
   - name: sglang role
@@ -81,6 +95,17 @@ EXAMPLES = r"""
     group: sglang
     mode: "0640"
     previous: /etc/sglang/kimi.yaml.previous
+
+- name: Write the server's environment file (HF_TOKEN masked in the diff)
+  gpufleet.llm.sglang_config:
+    path: /etc/sglang/kimi.env
+    format: env
+    options:
+      NCCL_DEBUG: WARN
+      HF_TOKEN: "{{ vault_hf_token }}"
+    group: sglang
+    mode: "0640"
+    previous: /etc/sglang/kimi.env.previous
 """
 
 RETURN = r"""
@@ -89,7 +114,7 @@ path:
   returned: always
   type: str
 options:
-  description: The options as written, in dash form, secrets masked.
+  description: The options (or environment variables) as written, in dash form for a config, secrets masked.
   returned: always
   type: dict
   sample: {"api-key": "********", "model-path": "/srv/models/kimi/0123abcd", "tp-size": 8}
@@ -107,6 +132,9 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._failure import Modul
 
 def main() -> None:
     module = AnsibleModule(argument_spec=_sglang_config.argument_spec(), supports_check_mode=True)
+    # A secret-looking name given in options (HF_TOKEN in an environment) is kept out of the invocation
+    # and every other output, as the secrets option is.
+    module.no_log_values.update(_sglang_config.secret_option_values(module.params))
     try:
         result = _sglang_config.run(module.params, check_mode=module.check_mode)
     except ModuleFailure as exc:
