@@ -10,6 +10,8 @@ Private to the collection: not a public API, may change without notice. No Ansib
 Order of the checks, each failing with what failed, the URL path, the numbers and a fix:
 
 1. ``/health`` until 200 (``timeout``/``interval``): loading a 589 GB model takes many minutes.
+   With ``unit``, the service is read before every pause (``_sglang_unit``): a unit that failed,
+   crashed or was restarted during the wait fails the probe at once, with its journal.
 2. ``/model_info`` (``/get_model_info`` on older servers): ``model_path`` equals
    ``expect_model_path`` after ``os.path.normpath`` on both. Deliberately not ``realpath``: the role
    configures the server with the verified commit directory, and a server started on
@@ -19,9 +21,11 @@ Order of the checks, each failing with what failed, the URL path, the numbers an
    ``completion_tokens / spec_verify_ct`` is the request's accept length.
 4. ``/server_info`` (``/get_server_info``), read after the smoke so its average includes it:
    ``version``, ``standin`` (the lab's stand-in says so), speculative settings and
-   ``internal_states[0].avg_spec_accept_length``.
-5. ``min_accept_length`` > 0: the server must be speculative, and its accept length (the server's
-   average; the smoke request's when the server reports none) must reach the minimum.
+   ``internal_states[0].avg_spec_accept_length`` (reported, not judged: SGLang refreshes it only at
+   its decode-log intervals).
+5. ``min_accept_length`` > 0: the server must be speculative, and the pooled accept length of a
+   sample of requests (``_sglang_accept``) must reach the minimum; a sample too small to judge is
+   reported and not gated.
 
 Everything here only reads: a smoke generation changes nothing on the server, so check mode runs
 the same checks.
@@ -34,7 +38,9 @@ import time
 from typing import Any, Callable
 from urllib import parse as _urlparse
 
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_accept as _accept
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_http as _http
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_unit as _unit
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 
 JOURNAL_HINT = "journalctl -u sglang-<instance>.service"
@@ -66,15 +72,20 @@ def argument_spec() -> dict[str, dict[str, Any]]:
         smoke_prompt=dict(type="str", default="The capital of France is"),
         smoke_max_new_tokens=dict(type="int", default=16, no_log=False),  # a token count, not a secret
         min_accept_length=dict(type="float", default=0),
+        accept_requests=dict(type="int", default=8),
+        accept_max_new_tokens=dict(type="int", default=256, no_log=False),  # a token count, not a secret
+        accept_min_tokens=dict(type="int", default=1024, no_log=False),  # a token count, not a secret
+        unit=dict(type="str"),
         validate_certs=dict(type="bool", default=True),
         ca_path=dict(type="path"),
     )
 
 
-def run(params: dict[str, Any], *, warn: Callable[[str], None]) -> dict[str, Any]:
+def run(params: dict[str, Any], *, warn: Callable[[str], None],
+        run_command: _unit.RunCommand | None = None) -> dict[str, Any]:
     """probe() for the module: its notices go to ``warn`` (shown on failure too), not into the result."""
     try:
-        result = probe(params)
+        result = probe(params, run_command=run_command)
     except ProbeError as exc:
         for notice in exc.result.pop("notices", []):
             warn(notice)
@@ -102,6 +113,15 @@ def check_params(params):
     if params["min_accept_length"] < 0:
         problems.append("min_accept_length must be >= 0; 0 turns the check off (got %s)"
                         % _num(params["min_accept_length"]))
+    for name in ("accept_requests", "accept_max_new_tokens"):
+        if params[name] < 1:
+            problems.append("%s must be >= 1 (got %s)" % (name, params[name]))
+    if params["accept_min_tokens"] < 0:
+        problems.append("accept_min_tokens must be >= 0 (got %s)" % params["accept_min_tokens"])
+    if params.get("unit"):
+        problem = _unit.check_name(params["unit"])
+        if problem:
+            problems.append(problem)
     if params.get("ca_path") and not os.path.isfile(params["ca_path"]):
         problems.append("ca_path %s is not a file on this host" % params["ca_path"])
     return problems
@@ -176,14 +196,12 @@ def _health_hint(exc, timeout):
 
 
 def _server_accept(info):
-    """(avg_spec_accept_length or None, spec_verify_ct_total or None) from /server_info."""
+    """avg_spec_accept_length from /server_info, or None (SGLang 0.5.23 reports no cumulative counts)."""
     states = info.get("internal_states")
     if isinstance(states, list) and states and isinstance(states[0], dict):
         avg = states[0].get("avg_spec_accept_length")
-        total = states[0].get("spec_verify_ct_total")
-        return (float(avg) if isinstance(avg, (int, float)) and not isinstance(avg, bool) else None,
-                total if isinstance(total, int) else None)
-    return None, None
+        return float(avg) if isinstance(avg, (int, float)) and not isinstance(avg, bool) else None
+    return None
 
 
 def _smoke(client, params, result):
@@ -213,26 +231,25 @@ def _mark_standin(result):
         result["notices"].append(STANDIN_NOTICE)
 
 
-def probe(params):
-    """Run the checks; returns the result dict, raises ProbeError (with the partial result)."""
-    result = dict(changed=False, healthy=False, url=params.get("url"), waited=None, polls=0, model_path=None,
-                  served_model_name=None, version=None, standin=False, speculative=None,
-                  speculative_algorithm=None, accept_length=None, spec_verify_ct_total=None, smoke=None,
-                  min_accept_length=params["min_accept_length"], checks=[], notices=[])
+def _wait_healthy(params, client, result, watch):
+    """Step 1: /health until 200, the unit (when given) read before every pause."""
+    started = time.monotonic()
     try:
-        params = dict(params, url=_http.validate_base_url(params["url"]))
-    except _http.SGLangHTTPError as exc:
-        raise ProbeError(exc.msg, result)
-    result["url"] = params["url"]
-    problems = check_params(params)
-    if problems:
-        raise ProbeError("; ".join(problems), result)
-    client = _Client(params)
-
-    # 1. health
-    try:
+        if watch is not None:
+            result["checks"].append(watch.summary(watch.check()))
         health = _http.wait_healthy(params["url"], timeout=params["timeout"], interval=params["interval"],
-                                    request_timeout=min(params["request_timeout"], 30.0), **client.kw)
+                                    request_timeout=min(params["request_timeout"], 30.0),
+                                    sleep=watch.sleep if watch is not None else time.sleep, **client.kw)
+        if watch is not None:
+            # A restart between the last pause and the 200 counts too: the server that answers is not
+            # the one the wait started with.
+            watch.check()
+    except _unit.UnitError as exc:
+        result.update(polls=max(watch.looks - 1, 0), waited=round(time.monotonic() - started, 3), unit_failed=True)
+        raise ProbeError("%s\nThe probe stopped waiting for %s/health after %ss (timeout %ss): a crashed unit "
+                         "does not become ready; fix what the journal says" % (
+                             exc.msg, params["url"], _num(result["waited"]), _num(float(params["timeout"]))),
+                         result)
     except _http.SGLangHTTPError as exc:
         result.update(polls=exc.polls or 0, waited=exc.waited)
         if exc.status in (401, 403):
@@ -241,6 +258,40 @@ def probe(params):
     result.update(healthy=True, waited=health["waited"], polls=health["polls"])
     result["checks"].append("health: /health answered 200 after %ss (%d polls)"
                             % (_num(float(health["waited"])), health["polls"]))
+
+
+def _defaults():
+    return dict((name, spec.get("default")) for name, spec in argument_spec().items())
+
+
+def probe(params, *, run_command=None):
+    """Run the checks; returns the result dict, raises ProbeError (with the partial result).
+
+    ``run_command(argv) -> (rc, stdout, stderr)`` runs systemctl and journalctl for ``unit``.
+    """
+    params = dict(_defaults(), **params)
+    result = dict(changed=False, healthy=False, url=params.get("url"), waited=None, polls=0, model_path=None,
+                  served_model_name=None, version=None, standin=False, speculative=None,
+                  speculative_algorithm=None, accept_length=None, accept_sample=None, smoke=None,
+                  min_accept_length=params["min_accept_length"], unit=params.get("unit"), unit_failed=False,
+                  checks=[], notices=[])
+    try:
+        params = dict(params, url=_http.validate_base_url(params["url"]))
+    except _http.SGLangHTTPError as exc:
+        raise ProbeError(exc.msg, result)
+    result["url"] = params["url"]
+    problems = check_params(params)
+    if params.get("unit") and run_command is None:
+        problems.append("unit is given but there is no way to run systemctl here")
+    if problems:
+        raise ProbeError("; ".join(problems), result)
+    client = _Client(params)
+    watch = None
+    if params.get("unit"):
+        watch = _unit.UnitWatch(params["unit"], run_command, secrets=(params.get("api_key"),))
+
+    # 1. health
+    _wait_healthy(params, client, result, watch)
 
     # 2. model
     path, info = client.get_json(["/model_info", "/get_model_info"], result)
@@ -274,22 +325,18 @@ def probe(params):
     if sinfo.get("standin") is True:
         _mark_standin(result)
     algo = sinfo.get("speculative_algorithm")
-    avg, total = _server_accept(sinfo)
-    result.update(accept_length=avg, spec_verify_ct_total=total,
-                  speculative_algorithm=algo if algo not in ("", "NONE") else None)
+    avg = _server_accept(sinfo)
+    result.update(accept_length=avg, speculative_algorithm=algo if algo not in ("", "NONE") else None)
     result["speculative"] = bool(result["speculative_algorithm"]) or avg is not None
 
     # 5. accept length
     minimum = params["min_accept_length"]
     if minimum > 0:
-        _check_accept(params, result, path, minimum)
+        _check_accept(params, result, path, minimum, client=client)
     return result
 
 
-def _check_accept(params, result, path, minimum):
-    smoke = result.get("smoke") or {}
-    smoke_accept = smoke.get("accept_length")
-    avg = result["accept_length"]
+def _check_accept(params, result, path, minimum, *, client):
     if not result["speculative"]:
         raise ProbeError(
             "min_accept_length is %s but the server at %s is not speculative: %s%s has no speculative_algorithm "
@@ -297,18 +344,31 @@ def _check_accept(params, result, path, minimum):
             "configure the drafter (speculative-algorithm, speculative-draft-model-path) or set "
             "min_accept_length 0 for an autoregressive server" % (_num(minimum), params["url"], params["url"], path),
             result)
-    measured, source = (avg, "server average") if avg is not None else (smoke_accept, "smoke request")
-    numbers = "server avg_spec_accept_length %s (%s%s internal_states[0]), smoke request %s (%s completion tokens / " \
-              "%s verify steps)" % (_num(avg) if avg is not None else "absent", params["url"], path,
-                                    _num(smoke_accept) if smoke_accept is not None else "n/a",
-                                    smoke.get("completion_tokens", "n/a"), smoke.get("spec_verify_ct", "n/a"))
-    if measured is None:
-        raise ProbeError("min_accept_length is %s but the server reports no accept length: %s; enable smoke (its "
-                         "meta_info.spec_verify_ct gives one) or see %s" % (_num(minimum), numbers, JOURNAL_HINT),
-                         result)
+    samples = _accept.collect(lambda body: client.post("/generate", body, result),
+                              requests=params["accept_requests"], max_new_tokens=params["accept_max_new_tokens"])
+    sample = _accept.summarize(samples, max_new_tokens=params["accept_max_new_tokens"],
+                               min_tokens=params["accept_min_tokens"])
+    result["accept_sample"] = sample
+    measured = sample["accept_length"]
+    ci95 = sample["ci95"]
+    numbers = "sample of %d requests x %d new tokens (POST %s/generate, temperature 0): %d completion tokens / " \
+        "%s verify steps from %d requests reporting spec_verify_ct%s; server avg_spec_accept_length %s" % (
+            sample["requests"], sample["max_new_tokens"], params["url"], sample["completion_tokens"],
+            sample["spec_verify_ct"], sample["reporting"],
+            ", 95%% interval %s-%s" % (_num(ci95[0]), _num(ci95[1])) if ci95 else "",
+            _num(result["accept_length"]) if result["accept_length"] is not None else "absent")
+    if not sample["judged"]:
+        note = ("accept length %s not judged against min_accept_length %s: the sample is too small (%s; it takes "
+                ">= 2 requests reporting spec_verify_ct and >= %d tokens, accept_min_tokens). Requests that stop "
+                "early (EOS) shrink it: raise accept_requests or accept_max_new_tokens"
+                % (_num(measured) if measured is not None else "n/a", _num(minimum), numbers,
+                   sample["min_tokens"]))
+        result["notices"].append(note)
+        result["checks"].append(note)
+        return
     if measured < minimum:
         raise ProbeError(
-            "accept length %s (%s) is below min_accept_length %s: %s. The drafter does not fit the target well: "
-            "check speculative-draft-model-path and that the drafter was trained for this target revision, "
-            "or lower min_accept_length" % (_num(measured), source, _num(minimum), numbers), result)
-    result["checks"].append("accept length: %s (%s) >= %s; %s" % (_num(measured), source, _num(minimum), numbers))
+            "accept length %s (pooled sample) is below min_accept_length %s: %s. The drafter does not fit the "
+            "target well: check speculative-draft-model-path and that the drafter was trained for this target "
+            "revision, or lower min_accept_length" % (_num(measured), _num(minimum), numbers), result)
+    result["checks"].append("accept length: %s (pooled sample) >= %s; %s" % (_num(measured), _num(minimum), numbers))

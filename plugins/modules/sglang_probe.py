@@ -16,12 +16,22 @@ description:
     seconds: loading a 589 GB model takes many minutes), then checks that C(/model_info) reports O(expect_model_path)
     as its C(model_path), runs one smoke generation through C(/generate) (temperature 0), and reads the version and
     the speculative decoding accept length from C(/server_info)."
-  - "With O(min_accept_length) above 0 the server must be speculative, and its accept length (the server's
-    C(internal_states[0].avg_spec_accept_length), read after the smoke request; the smoke request's
-    C(completion_tokens / spec_verify_ct) when the server reports none) must reach the minimum."
+  - "With O(unit), the service is read (C(systemctl show)) before every C(/health) poll: a unit that failed, crashed
+    (C(SubState=auto-restart)) or was restarted (C(NRestarts) grew, the main PID changed) during the wait fails the
+    probe at once, with the unit's last journal lines (since its start, the API key masked) in the message. SGLang does
+    not listen before its weights are loaded, so without O(unit) a crash-looping server looks like a loading one until
+    O(timeout)."
+  - "With O(min_accept_length) above 0 the server must be speculative, and the accept length of a sample
+    (O(accept_requests) different prompts of O(accept_max_new_tokens) new tokens each, sent at once, temperature 0),
+    pooled as the sum of their C(meta_info.completion_tokens) over the sum of their C(meta_info.spec_verify_ct),
+    must reach the minimum. A sample with fewer than 2 requests reporting verify steps or fewer than
+    O(accept_min_tokens) tokens is reported with a warning and not judged. The server's
+    C(internal_states[0].avg_spec_accept_length) is reported only."
   - "Every failure names what failed, the URL path, the numbers and a fix (for example the service's journal)."
   - Sends the API key, when set, only as an C(Authorization) bearer header; it never appears in results or messages.
-  - "Runs on the host the server runs on (the default O(url) is loopback) with the Python standard library only."
+  - "Runs on the host the server runs on (the default O(url) is loopback) with the Python standard library only
+    (and C(systemctl)/C(journalctl) with O(unit); reading another service's journal needs root or the
+    C(systemd-journal) group)."
   - Never reports a change.
 author:
   - gpufleet.llm maintainers (@gpufleet)
@@ -81,10 +91,37 @@ options:
     default: 16
   min_accept_length:
     description:
-      - Minimum speculative decoding accept length (tokens per verify step). V(0) does not check.
+      - Minimum speculative decoding accept length (tokens per verify step), judged on the pooled sample
+        (O(accept_requests), O(accept_max_new_tokens)). V(0) does not check and sends no sample.
       - Above 0, a server without speculative decoding fails the probe.
     type: float
     default: 0
+  accept_requests:
+    description:
+      - Requests in the accept-length sample, each with another prompt (eight built-in prompts of different kinds,
+        cycled), sent at once. Only with O(min_accept_length) above 0.
+      - "Why 8 x 256: the tokens one verify step accepts have a standard deviation of 2 to 3 and vary by prompt;
+        2048 tokens are about 800 verify steps at an accept length of 2.5, a standard error near 0.1.
+        See the documentation."
+    type: int
+    default: 8
+  accept_max_new_tokens:
+    description: C(max_new_tokens) of each sample request.
+    type: int
+    default: 256
+  accept_min_tokens:
+    description:
+      - The sample is judged only when its requests generated at least this many tokens together (and at least
+        2 of them report C(spec_verify_ct)); a smaller sample (requests that stopped early) is reported with a
+        warning, not judged.
+    type: int
+    default: 1024
+  unit:
+    description:
+      - The server's systemd unit (the C(sglang) role's C(sglang_service.unit)), watched while waiting for
+        C(/health); a unit that fails, crashes or restarts fails the probe at once, with its journal.
+      - Omit to wait for C(/health) only.
+    type: str
   validate_certs:
     description: Verify the server's TLS certificate (https only).
     type: bool
@@ -112,11 +149,12 @@ EXAMPLES = r"""
     expect_model_path: /srv/models/Kimi-K2.6/3f2a9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b
     min_accept_length: 2.5
     timeout: 3600
+    unit: sglang-main.service
   register: probe
 
 - name: Report
   ansible.builtin.debug:
-    msg: "SGLang {{ probe.version }} serves {{ probe.model_path }}, accept length {{ probe.accept_length }}"
+    msg: "SGLang {{ probe.version }} serves {{ probe.model_path }}, accept length {{ probe.accept_sample.accept_length }}"
 
 - name: Just wait for health, no generation
   gpufleet.llm.sglang_probe:
@@ -173,15 +211,60 @@ speculative_algorithm:
   type: str
   sample: DFLASH
 accept_length:
-  description: C(internal_states[0].avg_spec_accept_length) from C(/server_info) (read after the smoke request);
-    null on a server without speculative decoding.
+  description: C(internal_states[0].avg_spec_accept_length) from C(/server_info) (read after the smoke request),
+    reported, not judged (see RV(accept_sample)); null on a server without speculative decoding.
   returned: success
   type: float
   sample: 3.42
-spec_verify_ct_total:
-  description: C(internal_states[0].spec_verify_ct_total) from C(/server_info), when the server reports it.
-  returned: success
-  type: int
+accept_sample:
+  description: The accept-length sample (only with O(min_accept_length) above 0; null otherwise).
+  returned: when the server was speculative and O(min_accept_length) above 0
+  type: dict
+  contains:
+    requests:
+      description: Requests sent.
+      type: int
+    reporting:
+      description: Requests whose C(meta_info) reported C(spec_verify_ct).
+      type: int
+    max_new_tokens:
+      description: C(max_new_tokens) of each request.
+      type: int
+    completion_tokens:
+      description: Tokens generated by the reporting requests together.
+      type: int
+    spec_verify_ct:
+      description: Their verify steps together.
+      type: int
+    accept_length:
+      description: C(completion_tokens / spec_verify_ct), the figure judged.
+      type: float
+    ci95:
+      description: The 95% interval of the pooled accept length (ratio estimator over the requests), null with
+        fewer than 2 reporting requests.
+      type: list
+      elements: float
+    per_request:
+      description: Each reporting request's own accept length.
+      type: list
+      elements: float
+    min_tokens:
+      description: O(accept_min_tokens).
+      type: int
+    judged:
+      description: Whether the sample was big enough to be judged against O(min_accept_length).
+      type: bool
+  sample: {"requests": 8, "reporting": 8, "max_new_tokens": 256, "completion_tokens": 2048, "spec_verify_ct": 602,
+           "accept_length": 3.402, "ci95": [3.18, 3.62], "per_request": [3.41, 2.98, 3.66, 3.2, 3.5, 3.3, 3.9, 3.3],
+           "min_tokens": 1024, "judged": true}
+unit:
+  description: O(unit), when given.
+  returned: always
+  type: str
+unit_failed:
+  description: True when the probe stopped because the unit failed, crashed or restarted during the wait.
+  returned: always
+  type: bool
 smoke:
   description: The smoke generation; null when O(smoke=false).
   returned: success
@@ -221,14 +304,26 @@ from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_probe
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 
 
+def _runner(module: AnsibleModule):
+    def run_command(argv: list) -> tuple:
+        # LC_ALL=C: the journal and systemctl messages are quoted to the operator as they are.
+        return module.run_command(argv, environ_update={"LC_ALL": "C", "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0"})
+    return run_command
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=_sglang_probe.argument_spec(), supports_check_mode=True)
+    if module.params["unit"]:
+        for tool in ("systemctl", "journalctl"):
+            if not module.get_bin_path(tool):
+                module.fail_json(msg="unit %s is given but %s is not on this host: watching a unit needs systemd; "
+                                     "omit unit to wait for /health only" % (module.params["unit"], tool))
     # A password in the URL is refused by the probe; it must not be echoed back in the invocation either.
     password = _sglang_probe.url_password(module.params["url"])
     if password:
         module.no_log_values.add(password)
     try:
-        result = _sglang_probe.run(module.params, warn=module.warn)
+        result = _sglang_probe.run(module.params, warn=module.warn, run_command=_runner(module))
     except ModuleFailure as exc:
         module.fail_json(**exc.fail_kwargs())
     module.exit_json(**result)

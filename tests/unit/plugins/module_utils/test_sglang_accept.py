@@ -1,0 +1,73 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The accept-length sample (_sglang_accept): pooling, its interval and when it is judged.
+Pure arithmetic on per-request meta_info figures; the probe against the stand-in is in
+tests/unit/plugins/modules/test_sglang_probe.py."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_accept as accept
+
+
+def _s(tokens, steps):
+    return dict(completion_tokens=tokens, spec_verify_ct=steps)
+
+
+def test_pooled_not_averaged():
+    # one long request at 4.0 and one short at 1.0: the pooled ratio weighs tokens, not requests
+    out = accept.summarize([_s(400, 100), _s(10, 10)], max_new_tokens=400, min_tokens=100)
+    assert out["accept_length"] == pytest.approx(410 / 110.0, abs=1e-4)
+    assert out["per_request"] == [4.0, 1.0]
+    assert out["judged"] is True and out["reporting"] == 2
+
+
+def test_identical_requests_have_a_zero_width_interval():
+    out = accept.summarize([_s(256, 64)] * 8, max_new_tokens=256, min_tokens=1024)
+    assert out["accept_length"] == 4.0 and out["ci95"] == [4.0, 4.0]
+
+
+def test_interval_is_the_ratio_estimators():
+    pairs = [(256, 80), (256, 100), (256, 64), (256, 120)]
+    out = accept.summarize([_s(t, v) for t, v in pairs], max_new_tokens=256, min_tokens=0)
+    ratio = 1024 / 364.0
+    mean_v = 364 / 4.0
+    se = (sum((t - ratio * v) ** 2 for t, v in pairs) / 3 / 4) ** 0.5 / mean_v
+    assert out["ci95"] == pytest.approx([ratio - 3.182 * se, ratio + 3.182 * se], abs=1e-3)
+    assert out["ci95"][0] < out["accept_length"] < out["ci95"][1]
+
+
+@pytest.mark.parametrize("samples,judged", [
+    ([_s(256, 64)] * 4, True),                          # 1024 tokens, 4 requests
+    ([_s(255, 64)] * 4, False),                         # 1020 < 1024 tokens (requests stopped early)
+    ([_s(2048, 512)], False),                           # one request reporting: no spread to judge by
+    ([_s(256, None)] * 8, False),                       # no spec_verify_ct at all
+    ([_s(256, 64)] * 3 + [_s(None, None)] * 5, False),  # 768 tokens from the requests that report
+])
+def test_when_the_sample_is_judged(samples, judged):
+    out = accept.summarize(samples, max_new_tokens=256, min_tokens=1024)
+    assert out["judged"] is judged
+
+
+def test_collect_sends_distinct_prompts_and_reads_meta_info():
+    bodies = []
+
+    def post(body):
+        bodies.append(body)
+        return {"meta_info": {"completion_tokens": 32, "spec_verify_ct": 8}}
+
+    out = accept.collect(post, requests=10, max_new_tokens=32)
+    assert out == [_s(32, 8)] * 10
+    assert len({b["text"] for b in bodies}) == len(accept.PROMPTS)
+    assert all(b["sampling_params"] == {"max_new_tokens": 32, "temperature": 0} for b in bodies)
+
+
+def test_collect_tolerates_missing_figures_and_raises_errors():
+    assert accept.collect(lambda body: {}, requests=2, max_new_tokens=4) == [_s(None, None)] * 2
+
+    def boom(body):
+        raise RuntimeError("503")
+
+    with pytest.raises(RuntimeError):
+        accept.collect(boom, requests=2, max_new_tokens=4)
