@@ -17,6 +17,7 @@ import pytest
 
 from ansible_collections.gpufleet.llm.plugins.filter.sglang_options import (
     ALIASES, ALIASES_SGLANG_VERSION, ROLE_OWNED, sglang_options)
+from ansible_collections.gpufleet.llm.tests.unit.plugins.filter.test_kimi_example import GROUPS, merged
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
     SGLANG_VERSION, sglang_python)
 
@@ -26,7 +27,8 @@ from sglang.srt.server_args import ServerArgs
 parser = argparse.ArgumentParser(prog="sglang serve")
 ServerArgs.add_cli_args(parser)
 print("GPUFLEET-ACTIONS " + json.dumps([
-    {"dest": a.dest, "options": a.option_strings, "negatable": isinstance(a, argparse.BooleanOptionalAction)}
+    {"dest": a.dest, "options": a.option_strings, "negatable": isinstance(a, argparse.BooleanOptionalAction),
+     "choices": sorted(a.choices) if a.choices else None}
     for a in parser._actions]))
 """
 
@@ -84,3 +86,15 @@ def test_every_alias_resolves_to_what_sglang_sets(actions):  # pylint: disable=r
             continue
         got = sglang_options({}, {alias: 1})
         assert list(got) == [canonical] and dest[canonical] == dest[alias]
+
+
+def test_kimi_example_options_are_sglang_options(actions):  # pylint: disable=redefined-outer-name
+    # every option of docs/examples/kimi-k2.6 is a full 0.5.23 option name (no alias, no abbreviation)
+    # and the parsers it names are in SGLang's registries (the parser's choices)
+    by_name = dict((name, action) for action in actions for name in _long_names(action))
+    for group in GROUPS:
+        options = merged(group)
+        for key in options:
+            assert key in by_name and by_name[key]["dest"].replace("_", "-") == key, (group, key)
+        for key in ("tool-call-parser", "reasoning-parser"):
+            assert options[key] in by_name[key]["choices"], (group, key)
