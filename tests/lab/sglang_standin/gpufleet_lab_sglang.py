@@ -104,7 +104,6 @@ IGNORED_OPTIONS = {
     "log-level": (str, "info"),
     "dtype": (str, "auto"),
     "chunked-prefill-size": (int, None),
-    "cuda-graph-max-bs": (int, None),
     "max-running-requests": (int, None),
     "enable-metrics": (bool, False),
     "watchdog-timeout": (float, None),

@@ -568,7 +568,7 @@ def test_accept_mean_outside_block_exits_2(start, models):
 def test_ignored_options_are_accepted(start, models):
     s = start({"model-path": str(models["target"]), "context-length": 8192, "attention-backend": "fa3",
                "log-level": "info", "dtype": "bfloat16", "chunked-prefill-size": 4096,
-               "cuda-graph-max-bs": 64, "max-running-requests": 32, "enable-metrics": True,
+               "max-running-requests": 32, "enable-metrics": True,
                "watchdog-timeout": 600})
     s.wait_ready()
     assert s.get("/server_info")[1]["attention_backend"] == "fa3"
