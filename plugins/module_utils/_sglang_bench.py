@@ -10,13 +10,18 @@ Standard library only, no Ansible imports (the module runs this on the GPU host)
 
 * ``load_prompts()``: a JSONL file, one ``{"prompt", "category", "max_new_tokens"?}`` per line.
 * ``run_level()``: one concurrency level with the built-in client: one thread per request slot,
-  each streaming ``POST /generate`` (temperature 0, ``ignore_eos`` so every request produces its
-  full ``max_new_tokens``, as bench_serving does) and recording time to first token, end-to-end
-  latency, output tokens and the request's accept length, ``completion_tokens / spec_verify_ct``.
-* ``aggregate()``: throughput (output tokens / wall time of the level), p50/p90/p99 of latency and
-  TTFT, and the level's accept length as total tokens / total verify steps (a mean of per-request
-  ratios would weigh a 3-token request like a 300-token one), cross-checked with the server's own
-  ``/server_info`` ``avg_spec_accept_length``.
+  each streaming ``POST /generate`` or, for chat models, ``POST /v1/chat/completions``
+  (_sglang_bench_chat; ``temperature`` as given, ``ignore_eos`` so every request produces its full
+  ``max_new_tokens``, as bench_serving does) and recording time to first token, end-to-end
+  latency, output tokens and the request's accept length, ``completion_tokens / spec_verify_ct``
+  from the request's own answer.
+* ``aggregate()``: throughput (output tokens / wall time of the level's repeats), p50/p90/p99 of
+  latency and TTFT, and the level's accept length as total tokens / total verify steps of its
+  requests (a mean of per-request ratios would weigh a 3-token request like a 300-token one). The
+  server's ``/server_info`` ``avg_spec_accept_length`` is kept as information only: SGLang 0.5.23
+  averages it over the server's lifetime and refreshes it at decode-log intervals.
+* ``speedup()``: per level, the ratio of the arms' throughputs and its confidence interval over
+  the repeats (_sglang_bench_stats says which interval and why).
 
 SGLang's own ``sglang.bench_serving`` as the other engine is in _sglang_bench_serving; the module's
 run (engine choice, label check, the levels in turn) is in _sglang_bench_run.
@@ -30,6 +35,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_chat as chat
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_stats as stats
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_http
 
 CATEGORIES = ("chat", "code", "math")
@@ -42,6 +49,11 @@ MAX_PROMPT_CHARS = 100000
 # How many failed requests a level result quotes (all are counted).
 MAX_ERRORS_QUOTED = 5
 PERCENTILES = (50, 90, 99)
+# The Kimi K2.6 model card: "Unless otherwise specified, all Kimi K2.6 experiments were conducted
+# with temperature = 1.0, top-p = 1.0". Greedy decoding (0) would inflate the accept length: the
+# drafter guesses the argmax far more often than a sampled token.
+DEFAULT_TEMPERATURE = 1.0
+DEFAULT_REPEATS = 3
 
 
 class BenchError(Exception):
@@ -60,6 +72,11 @@ def argument_spec() -> dict[str, dict[str, Any]]:
         engine=dict(type="str", choices=list(ENGINES), default="builtin"),
         label=dict(type="str", choices=list(LABELS), default="spec"),
         request_timeout=dict(type="float", default=DEFAULT_REQUEST_TIMEOUT),
+        temperature=dict(type="float", default=DEFAULT_TEMPERATURE),
+        repeats=dict(type="int", default=DEFAULT_REPEATS),
+        warmup_requests=dict(type="int"),
+        flush_cache=dict(type="bool", default=True),
+        api=dict(type="str", choices=list(chat.APIS), default="auto"),
         python=dict(type="path"),
         validate_certs=dict(type="bool", default=True),
         ca_path=dict(type="path"),
@@ -138,9 +155,18 @@ def _prompt_entry(line):
 
 
 def validate(concurrency: list, num_requests: int, max_new_tokens: int, engine: str, label: str,
-             request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> list[str]:
+             request_timeout: float = DEFAULT_REQUEST_TIMEOUT, *, repeats: int = 1, temperature: float = 0.0,
+             warmup_requests: int | None = None) -> list[str]:
     """Problems with the scalar parameters, as a list of messages (empty when all is well)."""
     problems = []
+    if not isinstance(repeats, int) or repeats < 1:
+        problems.append("repeats must be >= 1 (got %r); 3 or more give the speedup a confidence interval worth "
+                        "reading" % (repeats,))
+    if temperature is None or temperature < 0:
+        problems.append("temperature must be >= 0 (got %r); 0 is greedy decoding" % (temperature,))
+    if warmup_requests is not None and warmup_requests < 0:
+        problems.append("warmup_requests must be >= 0 (got %r); leave it unset for one per concurrent slot"
+                        % (warmup_requests,))
     if not concurrency:
         problems.append("concurrency is empty; give a list of levels such as [1, 8, 32]")
     else:
@@ -174,12 +200,16 @@ def build_requests(prompts, num_requests, max_new_tokens):
     return out
 
 
-def workload_summary(prompts, num_requests, max_new_tokens, concurrency, engine, prompts_path):
+def workload_summary(prompts: list[dict], params: dict[str, Any]) -> dict[str, Any]:
+    """What the run sends, from the prompts and the module's params (``api`` is resolved later)."""
     categories = {}
     for prompt in prompts:
         categories[prompt["category"]] = categories.get(prompt["category"], 0) + 1
-    return dict(prompts=prompts_path, prompt_count=len(prompts), categories=categories, num_requests=num_requests,
-                max_new_tokens=max_new_tokens, concurrency=list(concurrency), temperature=0.0, engine=engine)
+    return dict(prompts=params["prompts"], prompt_count=len(prompts), categories=categories,
+                num_requests=params["num_requests"], max_new_tokens=params["max_new_tokens"],
+                concurrency=list(params["concurrency"]), temperature=params["temperature"], engine=params["engine"],
+                repeats=params["repeats"], warmup_requests=params["warmup_requests"],
+                flush_cache=params["flush_cache"], api=params["api"], api_reason=None)
 
 
 # --- the server's own view ---------------------------------------------------------------------------
@@ -214,9 +244,8 @@ def server_state(base_url, api_key=None, timeout=30.0, validate_certs=True, ca_p
         speculative = accept is not None
     return dict(version=data.get("version"), standin=bool(data.get("standin", False)),
                 speculative_algorithm=algorithm, speculative=speculative,
-                model_path=data.get("model_path"),
-                avg_spec_accept_length=accept,
-                spec_verify_ct_total=as_number(state.get("spec_verify_ct_total")))
+                model_path=data.get("model_path"), tokenizer_path=data.get("tokenizer_path"),
+                avg_spec_accept_length=accept)
 
 
 def _detail(data):
@@ -231,43 +260,30 @@ def as_number(value: Any) -> int | float | None:
     return value
 
 
-def server_window(before, after):
-    """The server's accept length over just this level, from two cumulative /server_info readings.
-
-    Needs ``spec_verify_ct_total`` (the lab stand-in reports it; SGLang may not): tokens before and
-    after are avg * count, and the window is their difference over the difference of counts.
-    """
-    try:
-        ct_b, ct_a = before["spec_verify_ct_total"], after["spec_verify_ct_total"]
-        avg_b, avg_a = before["avg_spec_accept_length"] or 0.0, after["avg_spec_accept_length"]
-    except (KeyError, TypeError):
-        return None, None
-    if ct_a is None or ct_b is None or avg_a is None or ct_a <= ct_b:
-        return None, None
-    steps = ct_a - ct_b
-    return (avg_a * ct_a - avg_b * ct_b) / steps, steps
-
-
 # --- the built-in load generator ---------------------------------------------------------------------
 
 def one_request(base_url: str, request: dict, *, api_key: str | None = None,
                 request_timeout: float = DEFAULT_REQUEST_TIMEOUT, validate_certs: bool = True,
-                ca_path: str | None = None, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
-    """Stream one generation; returns its record (``ok`` False with ``error`` on failure)."""
-    body = {"text": request["prompt"],
-            "sampling_params": {"max_new_tokens": request["max_new_tokens"], "temperature": 0.0, "ignore_eos": True}}
+                ca_path: str | None = None, clock: Callable[[], float] = time.monotonic,
+                api: str = "generate", temperature: float = 0.0) -> dict[str, Any]:
+    """Stream one generation (``api`` generate or chat); returns its record (``ok`` False with ``error`` on failure)."""
     record = dict(index=request["index"], category=request["category"], max_new_tokens=request["max_new_tokens"],
                   ok=False, error=None, ttft=None, latency=None, prompt_tokens=None, output_tokens=0,
-                  spec_verify_ct=None, accept_length=None, chunks=0)
+                  spec_verify_ct=None, accept_length=None, chunks=0, api=api)
     start = clock()
-    meta = {}
-    stream = _sglang_http.stream_generate(base_url, body, api_key=api_key, timeout=request_timeout,
-                                          validate_certs=validate_certs, ca_path=ca_path)
+    state = {}
+    client = dict(api_key=api_key, timeout=request_timeout, validate_certs=validate_certs, ca_path=ca_path)
+    if api == "chat":
+        stream = chat.stream_chat(base_url, chat.chat_body(request, temperature), **client)
+        progress = chat.chat_progress
+    else:
+        stream = _sglang_http.stream_generate(base_url, chat.generate_body(request, temperature), **client)
+        progress = chat.generate_progress
     try:
         for when, chunk in stream:
-            meta = chunk.get("meta_info") or {}
+            progress(chunk, state)
             record["chunks"] += 1
-            if record["ttft"] is None and (meta.get("completion_tokens") or 0) >= 1:
+            if record["ttft"] is None and state.get("first_token"):
                 record["ttft"] = when - start
             # The per-read timeout of the stream never fires while steps keep coming: bound the
             # whole request here, so one endless generation cannot hold the benchmark (and a
@@ -282,16 +298,15 @@ def one_request(base_url: str, request: dict, *, api_key: str | None = None,
     finally:
         stream.close()
     record["latency"] = clock() - start
-    record["prompt_tokens"] = meta.get("prompt_tokens")
-    record["output_tokens"] = int(meta.get("completion_tokens") or 0)
-    verify = as_number(meta.get("spec_verify_ct"))
+    record["prompt_tokens"] = state.get("prompt_tokens")
+    record["output_tokens"] = int(state.get("completion_tokens") or 0)
+    verify = as_number(state.get("spec_verify_ct"))
     record["spec_verify_ct"] = verify
     if verify:
         record["accept_length"] = record["output_tokens"] / float(verify)
     if record["ttft"] is None:
         record["ttft"] = record["latency"]
-    finish = meta.get("finish_reason")
-    record["finish_reason"] = finish.get("type") if isinstance(finish, dict) else finish
+    record["finish_reason"] = state.get("finish_reason")
     if record["output_tokens"] < 1:
         record["error"] = "the server finished request %d without generating a token" % request["index"]
         return record
@@ -302,7 +317,8 @@ def one_request(base_url: str, request: dict, *, api_key: str | None = None,
 def run_level(base_url: str, requests: list[dict], concurrency: int, *, api_key: str | None = None,
               request_timeout: float = DEFAULT_REQUEST_TIMEOUT, validate_certs: bool = True,
               ca_path: str | None = None, clock: Callable[[], float] = time.monotonic,
-              stop_on_error: bool = True) -> tuple[list[dict], float]:
+              stop_on_error: bool = True, api: str = "generate", temperature: float = 0.0
+              ) -> tuple[list[dict], float]:
     """Run ``requests`` with ``concurrency`` slots; returns (records in request order, wall seconds).
 
     One thread per slot, each taking the next request as soon as its previous one finished, so the
@@ -322,7 +338,8 @@ def run_level(base_url: str, requests: list[dict], concurrency: int, *, api_key:
                     return
                 request = queue.pop(0)
             record = one_request(base_url, request, api_key=api_key, request_timeout=request_timeout,
-                                 validate_certs=validate_certs, ca_path=ca_path, clock=clock)
+                                 validate_certs=validate_certs, ca_path=ca_path, clock=clock, api=api,
+                                 temperature=temperature)
             record["concurrency"] = concurrency
             with lock:
                 records.append(record)
@@ -372,15 +389,31 @@ def distribution(values):
     return out
 
 
-def aggregate(records, wall, concurrency, server_before=None, server_after=None):
-    """The aggregates of one level (see docs/benchmark.md for every key)."""
+def repeat_summary(records: list[dict], wall: float, repeat: int) -> dict[str, Any]:
+    """One measured repeat of a level: its throughput and accept length, for the interval."""
+    ok = [r for r in records if r["ok"]]
+    tokens = sum(r["output_tokens"] for r in ok)
+    spec = [r for r in ok if r["spec_verify_ct"]]
+    steps = sum(r["spec_verify_ct"] for r in spec)
+    return dict(repeat=repeat, requests=len(records), wall_seconds=wall, output_tokens=tokens,
+                output_throughput=(tokens / wall) if wall > 0 else None,
+                accept_length=(sum(r["output_tokens"] for r in spec) / float(steps)) if steps else None)
+
+
+def aggregate(records: list[dict], wall: float, concurrency: int, server_after: dict | None = None,
+              repeats: list[dict] | None = None) -> dict[str, Any]:
+    """The aggregates of one level over all its repeats (see docs/benchmark.md for every key).
+
+    ``wall`` is the measured wall time of all repeats together (warm-up and flushes excluded);
+    ``repeats`` the repeat_summary() of each (default: the records as one repeat).
+    """
     ok = [r for r in records if r["ok"]]
     failed = [r for r in records if not r["ok"]]
     output_tokens = sum(r["output_tokens"] for r in ok)
     spec = [r for r in ok if r["spec_verify_ct"]]
     verify_steps = sum(r["spec_verify_ct"] for r in spec)
     accept = (sum(r["output_tokens"] for r in spec) / float(verify_steps)) if verify_steps else None
-    level = dict(
+    return dict(
         concurrency=concurrency,
         requests=len(records),
         succeeded=len(ok),
@@ -394,26 +427,18 @@ def aggregate(records, wall, concurrency, server_before=None, server_after=None)
         latency_s=distribution([r["latency"] for r in ok]),
         ttft_s=distribution([r["ttft"] for r in ok]),
         accept_length=accept,
+        accept_length_source="requests" if verify_steps else None,
         verify_steps=verify_steps,
-        server_accept_length=None,
-        server_accept_length_window=None,
-        server_verify_steps_window=None,
-        accept_length_server_diff_pct=None,
+        # Information only: SGLang's lifetime average, refreshed at decode-log intervals.
+        server_accept_length=(server_after or {}).get("avg_spec_accept_length"),
+        repeats=repeats if repeats is not None else [repeat_summary(records, wall, 0)],
         source="builtin",
     )
-    if server_after:
-        level["server_accept_length"] = server_after.get("avg_spec_accept_length")
-        window, steps = server_window(server_before or {}, server_after)
-        level["server_accept_length_window"] = window
-        level["server_verify_steps_window"] = steps
-        reference = window if window is not None else level["server_accept_length"]
-        if accept and reference:
-            level["accept_length_server_diff_pct"] = 100.0 * (reference - accept) / accept
-    return level
 
 
 def speedup(spec_levels, baseline_levels):
-    """Per concurrency level present in both: spec vs baseline output throughput and latency."""
+    """Per concurrency level present in both: spec vs baseline output throughput, latency, and the
+    speedup's confidence interval over the repeats (_sglang_bench_stats.speedup_interval)."""
     base = dict((lvl["concurrency"], lvl) for lvl in baseline_levels or [])
     out = []
     for lvl in spec_levels or []:
@@ -422,10 +447,20 @@ def speedup(spec_levels, baseline_levels):
             continue
         s_tp, b_tp = lvl.get("output_throughput"), other.get("output_throughput")
         s_lat, b_lat = (lvl.get("latency_s") or {}).get("p50"), (other.get("latency_s") or {}).get("p50")
+        interval = stats.speedup_interval(_repeat_throughputs(lvl), _repeat_throughputs(other))
         out.append(dict(concurrency=lvl["concurrency"], spec_output_throughput=s_tp, baseline_output_throughput=b_tp,
                         speedup=(s_tp / b_tp) if s_tp and b_tp else None,
-                        latency_p50_ratio=(b_lat / s_lat) if s_lat and b_lat else None))
+                        latency_p50_ratio=(b_lat / s_lat) if s_lat and b_lat else None,
+                        speedup_ci_low=interval["low"], speedup_ci_high=interval["high"],
+                        ci_confidence=interval["confidence"], ci_method=interval["method"],
+                        repeats_spec=interval["repeats_spec"], repeats_baseline=interval["repeats_baseline"]))
     return out
+
+
+def _repeat_throughputs(level: dict) -> list[float]:
+    values = [r.get("output_throughput") for r in level.get("repeats") or []]
+    values = [v for v in values if v]
+    return values or ([level["output_throughput"]] if level.get("output_throughput") else [])
 
 
 def level_failure_message(level, base_url, label):

@@ -3,7 +3,12 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """sglang_bench's run: the options checked, the prompts read, the server checked against the label,
-then every concurrency level with the chosen engine.
+the API chosen (chat for a chat model), then every concurrency level with the chosen engine.
+
+Per level, with the built-in engine: warm-up requests (not measured), then for each repeat a
+``/flush_cache`` and the measured requests. Both arms (the speculative server and the baseline)
+run this same sequence, so neither measures a cold, just-restarted server against a warm one, nor
+a prefix cache the other did not have.
 
 Private to the collection: not a public API, may change without notice.
 
@@ -17,19 +22,21 @@ import sys
 from typing import Any, Callable
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench as bench
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_chat as chat
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_serving
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_http as http
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 
-# Above this gap between the accept length measured from the requests and the server's own figure,
-# something else is likely sending requests to the server: worth a warning, not a failure.
-ACCEPT_DIFF_WARN_PCT = 5.0
+# Seconds /flush_cache may wait for the server to become idle (SGLang's own bench uses 60).
+FLUSH_TIMEOUT = 60.0
 
 
 def _inputs(params: dict[str, Any], base: dict[str, Any]) -> tuple[str, list[dict]]:
     """(url, prompts) once every option and the prompt file are good; sets base["url"]."""
     problems = bench.validate(params["concurrency"], params["num_requests"], params["max_new_tokens"],
-                              params["engine"], params["label"], params["request_timeout"])
+                              params["engine"], params["label"], params["request_timeout"],
+                              repeats=params["repeats"], temperature=params["temperature"],
+                              warmup_requests=params["warmup_requests"])
     try:
         url = http.validate_base_url(params["url"])
     except http.SGLangHTTPError as exc:
@@ -58,33 +65,80 @@ def check_label(server: dict[str, Any], label: str, url: str) -> None:
                             "systemd drop-in and that the service restarted" % (url, algorithm), server=server)
 
 
+def flush_cache(base_url: str, *, api_key: str | None = None, validate_certs: bool = True,
+                ca_path: str | None = None) -> str | None:
+    """``POST /flush_cache``: None when flushed, else why not (a server without the route).
+
+    Raises bench.BenchError when the server refuses (SGLang answers 400 while requests are in flight:
+    other traffic would also skew the figures). SGLang answers 200 with plain text, not JSON.
+    """
+    path = "/flush_cache?timeout=%d" % FLUSH_TIMEOUT
+    try:
+        status, data = http.call(base_url, path, method="POST", api_key=api_key, timeout=FLUSH_TIMEOUT + 30,
+                                         validate_certs=validate_certs, ca_path=ca_path)
+    except http.SGLangHTTPError as exc:
+        if exc.status == 200:  # the text answer: flushed
+            return None
+        raise bench.BenchError("could not flush the server's cache: %s" % exc)
+    if 200 <= status < 300:
+        return None
+    if status in (404, 405):
+        return "%s has no POST /flush_cache (answered %d): the prefix cache was not flushed" % (base_url, status)
+    raise bench.BenchError("POST %s/flush_cache answered %d%s: the server did not flush its cache (it refuses while "
+                     "requests are running: is something else sending requests to it?)"
+                     % (base_url, status, _detail(data)))
+
+
+def _detail(data: Any) -> str:
+    text = http.error_text(data)
+    return " (%s)" % text if text else ""
+
+
+def _warm_up(url: str, requests: list[dict], concurrency: int, params: dict[str, Any], *,
+             call: dict[str, Any]) -> None:
+    """Requests that are not measured: the first requests after a start pay for compilation and
+    graph capture, which a just-restarted baseline would otherwise pay inside its figures."""
+    count = concurrency if params["warmup_requests"] is None else params["warmup_requests"]
+    if count < 1:
+        return
+    warm = [dict(r, index=i) for i, r in enumerate((requests * count)[:count])]
+    records, _wall = bench.run_level(url, warm, concurrency, **call)
+    bad = [r for r in records if not r["ok"]]
+    if bad:
+        raise ModuleFailure("warm-up at concurrency %d failed: %s; the server is not ready to be measured"
+                            % (concurrency, bad[0]["error"]))
+
+
 def _run_builtin(url: str, requests: list[dict], params: dict[str, Any], *, server: dict[str, Any],
-                 client: dict[str, Any]) -> tuple[list[dict], list[dict]]:
-    """Every level with the built-in load generator, reading /server_info after each for its window."""
+                 client: dict[str, Any], warn: Callable[[str], None]) -> tuple[list[dict], list[dict]]:
+    """Every level with the built-in load generator: warm-up, then per repeat a flush and the requests."""
     levels, records = [], []
-    before = server
+    call = dict(client, request_timeout=params["request_timeout"], api=params["api"],
+                temperature=params["temperature"])
     for concurrency in params["concurrency"]:
-        level_records, wall = bench.run_level(url, requests, concurrency, request_timeout=params["request_timeout"],
-                                              **client)
+        _warm_up(url, requests, concurrency, params, call=call)
+        level_records, repeats, wall = [], [], 0.0
+        for repeat in range(params["repeats"]):
+            if params["flush_cache"]:
+                why_not = flush_cache(url, **client)
+                if why_not:
+                    warn(why_not)
+            run_records, run_wall = bench.run_level(url, requests, concurrency, **call)
+            for record in run_records:
+                record["repeat"] = repeat
+            level_records.extend(run_records)
+            repeats.append(bench.repeat_summary(run_records, run_wall, repeat))
+            wall += run_wall
+            if any(not r["ok"] for r in run_records):
+                break
         after = bench.server_state(url, **client)
-        level = bench.aggregate(level_records, wall, concurrency, server_before=before, server_after=after)
-        before = after
+        level = bench.aggregate(level_records, wall, concurrency, server_after=after, repeats=repeats)
         levels.append(level)
         records.extend(level_records)
         if level["failed"]:
             raise ModuleFailure(bench.level_failure_message(level, url, params["label"]), levels=levels,
                                 records=records, server=server)
     return levels, records
-
-
-def _warn_accept_gaps(levels: list[dict], warn: Callable[[str], None]) -> None:
-    for level in levels:
-        diff = level.get("accept_length_server_diff_pct")
-        if diff is not None and abs(diff) > ACCEPT_DIFF_WARN_PCT:
-            warn("concurrency %d: the accept length measured from the requests (%.3f) and the server's "
-                 "/server_info figure (%.3f) differ by %.1f%% (other traffic on the server?)"
-                 % (level["concurrency"], level["accept_length"],
-                    level["server_accept_length_window"] or level["server_accept_length"], diff))
 
 
 def run(params: dict[str, Any], *, check_mode: bool, run_command: Callable[..., tuple],
@@ -96,8 +150,7 @@ def run(params: dict[str, Any], *, check_mode: bool, run_command: Callable[..., 
     """
     base = dict(changed=False, label=params["label"], engine=params["engine"], url=params["url"])
     url, prompts = _inputs(params, base)
-    base["workload"] = bench.workload_summary(prompts, params["num_requests"], params["max_new_tokens"],
-                                              params["concurrency"], params["engine"], params["prompts"])
+    base["workload"] = bench.workload_summary(prompts, params)
     if check_mode:
         return base
     requests = bench.build_requests(prompts, params["num_requests"], params["max_new_tokens"])
@@ -108,16 +161,17 @@ def run(params: dict[str, Any], *, check_mode: bool, run_command: Callable[..., 
         if server["standin"]:
             warn("the server at %s is the lab's SGLang stand-in: its figures come from its delay model and say "
                  "nothing about GPU performance" % url)
+        api, why = chat.resolve_api(params["api"], server)
+        base["workload"].update(api=api, api_reason=why)
+        params = dict(params, api=api)
         if params["engine"] == "builtin":
-            levels, records = _run_builtin(url, requests, params, server=server, client=client)
+            levels, records = _run_builtin(url, requests, params, server=server, client=client, warn=warn)
         else:
             levels, records = _sglang_bench_serving.run_levels(
-                params["python"] or sys.executable, url, requests, levels=params["concurrency"],
-                max_new_tokens=params["max_new_tokens"], api_key=params["api_key"], label=params["label"],
-                server=server, run_command=run_command)
+                params["python"] or sys.executable, url, requests, params=params, server=server,
+                run_command=run_command)
     except (bench.BenchError, http.SGLangHTTPError) as exc:
         raise ModuleFailure(str(exc), **base)
     except ModuleFailure as exc:
         raise ModuleFailure(exc.msg, **dict(exc.fields, **base))
-    _warn_accept_gaps(levels, warn)
     return dict(base, server=server, levels=levels, records=records)

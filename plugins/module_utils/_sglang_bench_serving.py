@@ -2,15 +2,26 @@
 # Copyright (c) gpufleet.llm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""sglang_bench's other engine: SGLang's own ``python -m sglang.bench_serving``, one run per level.
+"""sglang_bench's other engine: SGLang's own serving benchmark, one run per level and repeat.
 
 Private to the collection: not a public API, may change without notice.
 
-* ``bench_serving_command()``: the argv of one level, the requests given as a ShareGPT dataset
-  (``sharegpt_dataset()``); the API key goes in the environment, never on argv.
+SGLang 0.5.23 moved it to ``sglang.benchmark.serving`` and keeps ``sglang.bench_serving`` as a
+deprecated alias (it re-exports the new module and warns); the probe picks the new name when the
+interpreter has it and falls back to the old one (releases before the move).
+
+* ``bench_serving_command()``: the argv of one run, the requests given as a ShareGPT dataset
+  (``sharegpt_dataset()``); the API key goes in the environment, never on argv. Its own
+  ``--warmup-requests`` and ``--flush-cache`` warm the server and flush its prefix cache before
+  every measured run, so both arms start alike.
+* With ``sglang.benchmark.serving`` it runs under ``DRIVER``: the tool's own ``cli_main()``, with
+  its ``calculate_metrics()`` wrapped to save each request's ``spec_accept_length`` (SGLang's
+  ``completion_tokens / spec_verify_ct`` of that request) next to the result: its result file has
+  only ``accept_length``, the server-lifetime ``avg_spec_accept_length``, refreshed at decode-log
+  intervals.
 * ``parse_bench_serving()``: its JSONL result line (keys as SGLang writes them: ``output_throughput``,
   ``accept_length``, ``median_e2e_latency_ms``, ...) in the level shape of the built-in engine.
-* ``run_levels()``: every level in turn with the interpreter that has SGLang.
+* ``run_levels()``: every level and repeat in turn with the interpreter that has SGLang.
 """
 
 from __future__ import annotations
@@ -24,11 +35,36 @@ from typing import Callable
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench as bench
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 
-BENCH_SERVING_MODULE = "sglang.bench_serving"
-# Exits 0 when `sglang.bench_serving` is importable (find_spec imports the sglang package only).
+SERVING_MODULE = "sglang.benchmark.serving"
+LEGACY_MODULE = "sglang.bench_serving"
+BENCH_SERVING_MODULE = LEGACY_MODULE  # the name the messages and docs use for the tool
+# Prints the module to run: the new name when the interpreter has it, else the deprecated one;
+# exits 3 with neither (find_spec imports the parent packages only).
 PROBE_SNIPPET = ("import importlib.util, sys\n"
-                 "try:\n    spec = importlib.util.find_spec('sglang.bench_serving')\n"
-                 "except Exception:\n    spec = None\nsys.exit(0 if spec else 3)\n")
+                 "for name in (%r, %r):\n"
+                 "    try:\n        spec = importlib.util.find_spec(name)\n"
+                 "    except Exception:\n        spec = None\n"
+                 "    if spec:\n        print(name)\n        sys.exit(0)\n"
+                 "sys.exit(3)\n" % (SERVING_MODULE, LEGACY_MODULE))
+# Runs sglang.benchmark.serving's CLI with calculate_metrics() wrapped: argv[1] is the file for the
+# per-request figures, the rest are the tool's own arguments. Every request's output is saved, in
+# request order, before the tool computes its metrics from them.
+DRIVER = (
+    "import json, sys\n"
+    "from sglang.benchmark import serving\n"
+    "side = sys.argv[1]\n"
+    "original = serving.calculate_metrics\n"
+    "def calculate_metrics(*args, **kwargs):\n"
+    "    outputs = kwargs.get('outputs', args[1] if len(args) > 1 else [])\n"
+    "    with open(side, 'w') as handle:\n"
+    "        json.dump([dict(success=bool(getattr(o, 'success', False)), output_len=getattr(o, 'output_len', 0),\n"
+    "                        spec_accept_length=getattr(o, 'spec_accept_length', 0.0) or 0.0) for o in outputs],\n"
+    "                  handle)\n"
+    "    return original(*args, **kwargs)\n"
+    "serving.calculate_metrics = calculate_metrics\n"
+    "sys.argv = ['sglang.benchmark.serving'] + sys.argv[2:]\n"
+    "serving.cli_main()\n"
+)
 
 
 def sharegpt_dataset(requests: list[dict]) -> list[dict]:
@@ -42,14 +78,41 @@ def sharegpt_dataset(requests: list[dict]) -> list[dict]:
             for r in requests]
 
 
-def bench_serving_command(python, base_url, dataset_path, output_file, num_requests, max_new_tokens, concurrency,
-                          seed=1):
-    """argv for one level. The API key is NOT here: bench_serving reads it from OPENAI_API_KEY."""
-    return [python, "-m", BENCH_SERVING_MODULE, "--backend", "sglang", "--base-url", base_url,
-            "--dataset-name", "sharegpt", "--dataset-path", dataset_path,
-            "--num-prompts", str(num_requests), "--sharegpt-output-len", str(max_new_tokens),
-            "--max-concurrency", str(concurrency), "--request-rate", "inf",
-            "--output-file", output_file, "--output-details", "--disable-tqdm", "--seed", str(seed)]
+def bench_serving_command(python: str, base_url: str, dataset_path: str, output_file: str, *, num_requests: int,
+                          concurrency: int, params: dict, module: str = LEGACY_MODULE,
+                          side_file: str | None = None, seed: int = 1) -> list[str]:
+    """argv for one run. The API key is NOT here: bench_serving reads it from OPENAI_API_KEY.
+
+    ``params`` are sglang_bench's (max_new_tokens, temperature, api, warmup_requests, flush_cache).
+    With ``module`` sglang.benchmark.serving and a ``side_file``, the tool runs under DRIVER.
+    """
+    warmup = concurrency if params.get("warmup_requests") is None else params["warmup_requests"]
+    head = [python, "-c", DRIVER, side_file] if module == SERVING_MODULE and side_file else [python, "-m", module]
+    argv = head + ["--backend", "sglang-oai-chat" if params.get("api") == "chat" else "sglang",
+                   "--base-url", base_url, "--dataset-name", "sharegpt", "--dataset-path", dataset_path,
+                   "--num-prompts", str(num_requests), "--sharegpt-output-len", str(params["max_new_tokens"]),
+                   "--max-concurrency", str(concurrency), "--request-rate", "inf",
+                   "--extra-request-body", json.dumps({"temperature": params.get("temperature", 0.0)}),
+                   "--warmup-requests", str(warmup),
+                   "--output-file", output_file, "--output-details", "--disable-tqdm", "--seed", str(seed)]
+    if params.get("flush_cache", True):
+        argv.append("--flush-cache")
+    return argv
+
+
+def apply_side_file(level: dict, records: list[dict], side: list) -> None:
+    """Per-request accept lengths from DRIVER's file into ``records``, and the level's from them."""
+    tokens = steps = 0
+    for record, output in zip(records, side if isinstance(side, list) else []):
+        accept = bench.as_number((output or {}).get("spec_accept_length"))
+        if not record["ok"] or not accept or accept <= 0:
+            continue
+        record["accept_length"] = accept
+        record["spec_verify_ct"] = int(round(record["output_tokens"] / accept))
+        tokens += record["output_tokens"]
+        steps += record["spec_verify_ct"]
+    if steps:
+        level.update(accept_length=tokens / float(steps), verify_steps=steps, accept_length_source="requests")
 
 
 def parse_bench_serving(text: str, concurrency: int | None = None) -> tuple[dict, list[dict]]:
@@ -103,13 +166,12 @@ def parse_bench_serving(text: str, concurrency: int | None = None) -> tuple[dict
         latency_s=dict(mean=sec("mean_e2e_latency_ms"), p50=sec("median_e2e_latency_ms"), p90=None,
                        p99=sec("p99_e2e_latency_ms"), max=None),
         ttft_s=dict(mean=sec("mean_ttft_ms"), p50=sec("median_ttft_ms"), p90=None, p99=sec("p99_ttft_ms"), max=None),
-        # bench_serving reads the accept length from the server's /get_server_info after the run.
-        accept_length=bench.as_number(data.get("accept_length")),
+        # Its own accept_length is /server_info's lifetime average: the level's own figure comes
+        # from the per-request accept lengths (apply_side_file) when the driver saved them.
+        accept_length=None,
+        accept_length_source=None,
         verify_steps=None,
         server_accept_length=bench.as_number(data.get("accept_length")),
-        server_accept_length_window=None,
-        server_verify_steps_window=None,
-        accept_length_server_diff_pct=None,
         source="bench_serving",
     )
     if records and all(r["latency"] is not None for r in records if r["ok"]):
@@ -122,43 +184,100 @@ def parse_bench_serving(text: str, concurrency: int | None = None) -> tuple[dict
     return level, records
 
 
-def run_levels(python: str, url: str, requests: list[dict], *, levels: list[int], max_new_tokens: int,
-               api_key: str | None, label: str, server: dict, run_command: Callable[..., tuple]
-               ) -> tuple[list[dict], list[dict]]:
-    """Every concurrency level through bench_serving: (levels, records), or ModuleFailure.
+def _probe(python: str, run_command: Callable[..., tuple]) -> str:
+    rc, out, err = run_command([python, "-c", PROBE_SNIPPET], cwd="/")
+    lines = (out or "").strip().splitlines()
+    if rc != 0 or not lines or lines[-1] not in (SERVING_MODULE, LEGACY_MODULE):
+        raise ModuleFailure("engine=bench_serving: %s cannot import %s or %s (rc %d%s); install SGLang into that "
+                            "interpreter, point python at the one that has it, or use engine=builtin"
+                            % (python, SERVING_MODULE, LEGACY_MODULE, rc,
+                               (": " + err.strip()[-300:]) if err else ""))
+    return lines[-1]
 
-    A failure carries the levels and records finished before it and ``server`` (the server's state
-    before the run), except when ``python`` cannot import bench_serving at all (nothing ran).
+
+def _one_run(argv: list[str], output: str, side: str, *, concurrency: int, environ: dict | None,
+             run_command: Callable[..., tuple]) -> tuple[dict, list[dict]]:
+    # cwd /: a stray sglang/ in the working directory must not stand in for the installed one.
+    rc, out, err = run_command(argv, cwd="/", environ_update=environ)
+    if rc != 0 or not os.path.exists(output):
+        raise bench.BenchError("%s exited %d at concurrency %d: %s"
+                               % (BENCH_SERVING_MODULE, rc, concurrency, (err or out)[-1500:]))
+    with open(output) as handle:
+        level, records = parse_bench_serving(handle.read(), concurrency)
+    if os.path.exists(side):
+        try:
+            with open(side) as handle:
+                apply_side_file(level, records, json.load(handle))
+        except ValueError:
+            pass  # a torn side file: the level keeps no accept length rather than a wrong one
+    return level, records
+
+
+def combine(runs: list[tuple[dict, list[dict]]]) -> dict:
+    """One level from its repeated runs: sums, pooled throughput, distributions over all requests."""
+    levels = [lvl for lvl, _records in runs]
+    records = [r for _lvl, recs in runs for r in recs]
+    if len(levels) == 1:
+        level = dict(levels[0])
+    else:
+        level = dict(levels[-1])
+        for key in ("requests", "succeeded", "failed", "wall_seconds", "output_tokens", "prompt_tokens"):
+            values = [lvl.get(key) for lvl in levels]
+            level[key] = sum(values) if all(v is not None for v in values) else None
+        level["errors"] = [e for lvl in levels for e in lvl["errors"]][:bench.MAX_ERRORS_QUOTED]
+        wall = level["wall_seconds"]
+        level["output_throughput"] = level["output_tokens"] / wall if wall and level["output_tokens"] else None
+        level["request_throughput"] = level["succeeded"] / wall if wall else None
+        ok = [r for r in records if r["ok"]]
+        if ok and all(r["latency"] is not None for r in ok):
+            level["latency_s"] = bench.distribution([r["latency"] for r in ok])
+            level["ttft_s"] = bench.distribution([r["ttft"] for r in ok])
+        spec = [r for r in ok if r.get("spec_verify_ct")]
+        steps = sum(r["spec_verify_ct"] for r in spec)
+        level.update(accept_length=(sum(r["output_tokens"] for r in spec) / float(steps)) if steps else None,
+                     verify_steps=steps or None, accept_length_source="requests" if steps else None)
+    level["repeats"] = [dict(repeat=i, requests=lvl["requests"], wall_seconds=lvl["wall_seconds"],
+                             output_tokens=lvl["output_tokens"], output_throughput=lvl["output_throughput"],
+                             accept_length=lvl["accept_length"]) for i, lvl in enumerate(levels)]
+    return level
+
+
+def run_levels(python: str, url: str, requests: list[dict], *, params: dict, server: dict,
+               run_command: Callable[..., tuple]) -> tuple[list[dict], list[dict]]:
+    """Every concurrency level, ``params["repeats"]`` runs each, through SGLang's tool: (levels, records).
+
+    A failure (ModuleFailure) carries the levels and records finished before it and ``server``
+    (the server's state before the run), except when ``python`` has neither module (nothing ran).
     ``run_command`` is AnsibleModule.run_command's.
     """
-    rc, _out, err = run_command([python, "-c", PROBE_SNIPPET], cwd="/")
-    if rc != 0:
-        raise ModuleFailure("engine=bench_serving: %s cannot import %s (rc %d%s); install SGLang into that "
-                            "interpreter, point python at the one that has it, or use engine=builtin"
-                            % (python, BENCH_SERVING_MODULE, rc, (": " + err.strip()[-300:]) if err else ""))
-    environ = {"OPENAI_API_KEY": api_key} if api_key else None
+    module = _probe(python, run_command)
+    environ = {"OPENAI_API_KEY": params["api_key"]} if params.get("api_key") else None
     work = tempfile.mkdtemp(prefix="gpufleet-bench-serving-")
     done, records = [], []
     try:
         dataset = os.path.join(work, "dataset.json")
         with open(dataset, "w") as handle:
             json.dump(sharegpt_dataset(requests), handle)
-        for concurrency in levels:
-            output = os.path.join(work, "result-c%d.jsonl" % concurrency)
-            argv = bench_serving_command(python, url, dataset, output, len(requests), max_new_tokens, concurrency)
-            # cwd /: a stray sglang/ in the working directory must not stand in for the installed one.
-            rc, out, err = run_command(argv, cwd="/", environ_update=environ)
-            if rc != 0 or not os.path.exists(output):
-                raise ModuleFailure("%s exited %d at concurrency %d: %s"
-                                    % (BENCH_SERVING_MODULE, rc, concurrency, (err or out)[-1500:]),
-                                    levels=done, records=records, server=server)
-            with open(output) as handle:
-                level, level_records = parse_bench_serving(handle.read(), concurrency)
+        for concurrency in params["concurrency"]:
+            runs = []
+            for repeat in range(params.get("repeats") or 1):
+                output = os.path.join(work, "result-c%d-r%d.jsonl" % (concurrency, repeat))
+                side = os.path.join(work, "requests-c%d-r%d.json" % (concurrency, repeat))
+                argv = bench_serving_command(python, url, dataset, output, num_requests=len(requests),
+                                             concurrency=concurrency, params=params, module=module, side_file=side)
+                level, level_records = _one_run(argv, output, side, concurrency=concurrency, environ=environ,
+                                                run_command=run_command)
+                for record in level_records:
+                    record["repeat"] = repeat
+                runs.append((level, level_records))
+                if level["failed"]:
+                    break
+            level = combine(runs)
             done.append(level)
-            records.extend(level_records)
+            records.extend(r for _lvl, recs in runs for r in recs)
             if level["failed"]:
-                raise ModuleFailure(bench.level_failure_message(level, url, label), levels=done, records=records,
-                                    server=server)
+                raise ModuleFailure(bench.level_failure_message(level, url, params["label"]), levels=done,
+                                    records=records, server=server)
     except bench.BenchError as exc:
         raise ModuleFailure(str(exc), levels=done, records=records, server=server)
     finally:

@@ -11,7 +11,7 @@ missing_required_lib); it is imported inside ``write_plots`` with the Agg backen
 is ever needed.
 
 Files, all named ``benchmark-<host>-<timestamp>``:
-* ``.json``: the report document, ``schema_version`` 1 (``SCHEMA`` below, documented in
+* ``.json``: the report document, ``schema_version`` 2 (``SCHEMA`` below, documented in
   docs/benchmark.md); checked against ``SCHEMA`` before it is written.
 * ``.md``: a markdown table, one row per run and concurrency level, speedup per level.
 * ``-throughput.png``: output throughput vs concurrency, spec vs baseline.
@@ -29,7 +29,9 @@ from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 
-SCHEMA_VERSION = 1
+# 2: levels lost server_accept_length_window (it needed a counter SGLang does not report) and
+# gained repeats; accept_length is always the requests' own; speedup gained its interval.
+SCHEMA_VERSION = 2
 PLOT_WIDTH, PLOT_HEIGHT, PLOT_DPI = 800, 500, 100
 STANDIN_WARNING = ("These figures come from the lab's SGLang stand-in, a delay model with no GPU: they say nothing "
                    "about real GPU performance.")
@@ -97,8 +99,10 @@ SCHEMA = {
                  "properties": {"spec": _RUN, "baseline": {"type": ["object", "null"]}}},
         "speedup": {"type": "array", "items": {
             "type": "object", "required": ["concurrency", "spec_output_throughput", "baseline_output_throughput",
-                                           "speedup", "latency_p50_ratio"],
-            "properties": {"concurrency": {"type": "integer"}, "speedup": {"type": _NUM}}}},
+                                           "speedup", "latency_p50_ratio", "speedup_ci_low", "speedup_ci_high",
+                                           "ci_confidence", "ci_method", "repeats_spec", "repeats_baseline"],
+            "properties": {"concurrency": {"type": "integer"}, "speedup": {"type": _NUM},
+                           "speedup_ci_low": {"type": _NUM}, "speedup_ci_high": {"type": _NUM}}}},
         "baseline": {"type": "object", "required": ["ran", "note"],
                      "properties": {"ran": {"type": "boolean"}, "note": {"type": ["string", "null"]}}},
         "files": {"type": "object", "required": ["json", "markdown", "throughput_png", "accept_length_png"]},
@@ -204,10 +208,12 @@ def build(host, spec, baseline=None, baseline_note=None, generated_at=None, file
         notes.append(STANDIN_WARNING)
     if base_run is None:
         notes.append("No baseline run: %s" % (baseline_note or "the baseline was not requested"))
-    elif base_run["workload"].get("max_new_tokens") != spec_run["workload"].get("max_new_tokens") or \
-            base_run["workload"].get("num_requests") != spec_run["workload"].get("num_requests"):
-        notes.append("The baseline ran a different workload than the speculative run: the speedup compares unlike "
-                     "runs")
+    else:
+        differ = [k for k in ("max_new_tokens", "num_requests", "temperature", "api", "repeats", "warmup_requests",
+                              "flush_cache") if base_run["workload"].get(k) != spec_run["workload"].get(k)]
+        if differ:
+            notes.append("The baseline ran a different workload than the speculative run (%s): the speedup compares "
+                         "unlike runs" % ", ".join(differ))
     doc = dict(
         schema_version=SCHEMA_VERSION,
         generated_at=generated_at or datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -243,32 +249,33 @@ def markdown(doc):
         "- server: %s, SGLang %s, speculative %s, model %s" % (spec["url"], server.get("version") or "?",
                                                                server.get("speculative_algorithm") or "-",
                                                                server.get("model_path") or "?"),
-        "- workload: %d prompts (%s), %d requests per level, max_new_tokens %s, temperature 0, engine %s"
-        % (work["prompt_count"], cats, work["num_requests"], work["max_new_tokens"], work["engine"]),
+        "- workload: %d prompts (%s), %d requests per level x %s repeat(s), max_new_tokens %s, temperature %s, "
+        "api %s, engine %s; warm-up before each level, %s"
+        % (work["prompt_count"], cats, work["num_requests"], work.get("repeats") or 1, work["max_new_tokens"],
+           work.get("temperature"), work.get("api") or "generate", work["engine"],
+           "prefix cache flushed before each repeat" if work.get("flush_cache", True) else "no cache flush"),
         "- baseline: %s" % ("ran (the same workload, server without speculative decoding)" if doc["baseline"]["ran"]
                             else "not run: %s" % doc["baseline"]["note"]),
         "",
         "| run | concurrency | requests | output tok/s | latency p50 / p90 / p99 (ms) | TTFT p50 / p90 / p99 (ms) "
-        "| accept length | server accept length | speedup |",
+        "| accept length | server lifetime accept length | speedup [%d%% CI] |" % round(
+            100 * ((doc["speedup"] or [{}])[0].get("ci_confidence") or 0.95)),
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    speedups = dict((s["concurrency"], s["speedup"]) for s in doc["speedup"])
+    speedups = dict((s["concurrency"], _speedup_cell(s)) for s in doc["speedup"])
     for label in ("spec", "baseline"):
         run = doc["runs"].get(label)
         if not run:
             continue
         for lvl in run["levels"]:
             lat, ttft = lvl["latency_s"], lvl["ttft_s"]
-            server_accept = lvl.get("server_accept_length_window")
-            if server_accept is None:
-                server_accept = lvl.get("server_accept_length")
+            server_accept = lvl.get("server_accept_length")
             lines.append("| %s | %d | %d | %s | %s / %s / %s | %s / %s / %s | %s | %s | %s |" % (
                 label, lvl["concurrency"], lvl["succeeded"], _fmt(lvl["output_throughput"]),
                 _fmt(lat["p50"], 1000, 0), _fmt(lat["p90"], 1000, 0), _fmt(lat["p99"], 1000, 0),
                 _fmt(ttft["p50"], 1000, 0), _fmt(ttft["p90"], 1000, 0), _fmt(ttft["p99"], 1000, 0),
                 _fmt(lvl["accept_length"], digits=2), _fmt(server_accept, digits=2),
-                (_fmt(speedups.get(lvl["concurrency"]), digits=2) + "x") if label == "spec" and
-                speedups.get(lvl["concurrency"]) else "-"))
+                speedups.get(lvl["concurrency"]) or "-" if label == "spec" else "-"))
     files = doc["files"]
     lines += [""]
     if files.get("throughput_png"):
@@ -279,6 +286,17 @@ def markdown(doc):
         if note != STANDIN_WARNING:
             lines.append("- %s" % note)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _speedup_cell(item: dict) -> str | None:
+    if not item.get("speedup"):
+        return None
+    cell = _fmt(item["speedup"], digits=2) + "x"
+    if item.get("speedup_ci_low") is not None and item.get("speedup_ci_high") is not None:
+        cell += " [%s-%s]" % (_fmt(item["speedup_ci_low"], digits=2), _fmt(item["speedup_ci_high"], digits=2))
+    elif item.get("repeats_spec", 0) < 2 or item.get("repeats_baseline", 0) < 2:
+        cell += " (no CI: < 2 repeats)"
+    return cell
 
 
 def table_rows(text):

@@ -123,6 +123,9 @@ def test_prompt_override_and_round_robin(tmp_path):
     (dict(engine="vllm"), "engine must be one of builtin, bench_serving"),
     (dict(label="fast"), "label must be one of spec, baseline"),
     (dict(request_timeout=0), "request_timeout must be > 0"),
+    (dict(repeats=0), "repeats must be >= 1"),
+    (dict(temperature=-0.5), "temperature must be >= 0"),
+    (dict(warmup_requests=-1), "warmup_requests must be >= 0"),
 ])
 def test_validate(args, fragment):
     params = dict(concurrency=[1, 8], num_requests=4, max_new_tokens=16, engine="builtin", label="spec",
@@ -154,22 +157,27 @@ def _rec(index, tokens, steps, latency, ttft, ok=True):
 def test_aggregate_weights_accept_length_by_steps():
     # 3 tokens in 3 steps and 300 in 100: the level's figure is 303/103, not the mean of 1.0 and 3.0
     records = [_rec(0, 3, 3, 0.1, 0.01), _rec(1, 300, 100, 2.0, 0.02), _rec(2, 0, 0, 0.5, 0.5, ok=False)]
-    level = bench.aggregate(records, 4.0, 2, server_before={"avg_spec_accept_length": 1.0, "spec_verify_ct_total": 0},
-                            server_after={"avg_spec_accept_length": 303 / 103.0, "spec_verify_ct_total": 103})
+    level = bench.aggregate(records, 4.0, 2, server_after={"avg_spec_accept_length": 2.5})
     assert level["accept_length"] == pytest.approx(303 / 103.0)
     assert level["verify_steps"] == 103
     assert level["output_throughput"] == pytest.approx(303 / 4.0)
     assert (level["succeeded"], level["failed"], level["errors"]) == (2, 1, ["boom"])
     assert level["latency_s"]["p50"] == pytest.approx(1.05)
-    assert level["server_accept_length_window"] == pytest.approx(303 / 103.0)
-    assert level["accept_length_server_diff_pct"] == pytest.approx(0.0, abs=1e-9)
+    # the server's lifetime figure is kept, as information, never mixed into the level's own
+    assert level["server_accept_length"] == 2.5 and level["accept_length_source"] == "requests"
+    assert level["repeats"] == [dict(repeat=0, requests=3, wall_seconds=4.0, output_tokens=303,
+                                     output_throughput=pytest.approx(303 / 4.0), accept_length=pytest.approx(303 / 103.0))]
 
 
-def test_server_window_from_cumulative_readings():
-    before = {"avg_spec_accept_length": 3.0, "spec_verify_ct_total": 100}  # 300 tokens
-    after = {"avg_spec_accept_length": 3.5, "spec_verify_ct_total": 300}  # 1050 tokens
-    assert bench.server_window(before, after) == (pytest.approx(750 / 200.0), 200)
-    assert bench.server_window(before, {"avg_spec_accept_length": None, "spec_verify_ct_total": None}) == (None, None)
+def test_level_accept_length_needs_no_spec_verify_ct_total():
+    """SGLang 0.5.23's /server_info has avg_spec_accept_length (lifetime, refreshed at decode-log
+    intervals) and no spec_verify_ct_total: the level's figure comes from the requests alone."""
+    assert not hasattr(bench, "server_window")
+    records = [_rec(0, 40, 10, 1.0, 0.1), _rec(1, 60, 20, 1.0, 0.1)]
+    level = bench.aggregate(records, 2.0, 2, server_after={"avg_spec_accept_length": 9.0})
+    assert level["accept_length"] == pytest.approx(100 / 30.0) and level["server_accept_length"] == 9.0
+    for gone in ("server_accept_length_window", "server_verify_steps_window", "accept_length_server_diff_pct"):
+        assert gone not in level
 
 
 def test_speedup_pairs_levels():
@@ -178,7 +186,9 @@ def test_speedup_pairs_levels():
     base = [dict(concurrency=8, output_throughput=800.0, latency_s=dict(p50=3.0))]
     assert bench.speedup(spec, base) == [dict(concurrency=8, spec_output_throughput=2000.0,
                                               baseline_output_throughput=800.0, speedup=2.5,
-                                              latency_p50_ratio=pytest.approx(2.5))]
+                                              latency_p50_ratio=pytest.approx(2.5), speedup_ci_low=None,
+                                              speedup_ci_high=None, ci_confidence=0.95,
+                                              ci_method="welch-t-log-ratio", repeats_spec=1, repeats_baseline=1)]
 
 
 # --- bench_serving ------------------------------------------------------------------------------------
@@ -191,7 +201,8 @@ def test_bench_serving_parser_reads_recorded_result():
     # the last line (bench_serving appends one line per run)
     assert level["concurrency"] == raw["max_concurrency"] == 4
     assert level["output_throughput"] == raw["output_throughput"]
-    assert level["accept_length"] == raw["accept_length"] == level["server_accept_length"]
+    # its accept_length is the server's lifetime figure: kept as that, not as the level's
+    assert level["server_accept_length"] == raw["accept_length"] and level["accept_length"] is None
     assert level["latency_s"]["p50"] == pytest.approx(raw["median_e2e_latency_ms"] / 1000.0)
     assert level["latency_s"]["p99"] == pytest.approx(raw["p99_e2e_latency_ms"] / 1000.0)
     assert level["ttft_s"]["p50"] == pytest.approx(raw["median_ttft_ms"] / 1000.0)
@@ -211,9 +222,13 @@ def test_bench_serving_parser_rejects_other_files():
         bench_serving.parse_bench_serving('{"completed": 3}\n')
 
 
+BS_PARAMS = dict(max_new_tokens=256, temperature=1.0, api="generate", warmup_requests=None, flush_cache=True,
+                 concurrency=[1, 4], repeats=1, api_key=None, label="spec")
+
+
 def test_bench_serving_command_keeps_the_key_off_argv():
     argv = bench_serving.bench_serving_command("/opt/sglang/bin/python", "http://127.0.0.1:30000", "/tmp/d.json",
-                                               "/tmp/o.jsonl", 32, 256, 8)
+                                               "/tmp/o.jsonl", num_requests=32, concurrency=8, params=BS_PARAMS)
     assert argv[:3] == ["/opt/sglang/bin/python", "-m", "sglang.bench_serving"]
     assert argv[argv.index("--max-concurrency") + 1] == "8"
     assert argv[argv.index("--sharegpt-output-len") + 1] == "256"
@@ -223,12 +238,17 @@ def test_bench_serving_command_keeps_the_key_off_argv():
     assert data[1]["conversations"][0] == {"from": "human", "value": "hi there"}
 
 
-def _fake_run_command(calls, probe_rc=0, level_rc=0, fixture=FIXTURE):
-    """AnsibleModule.run_command's shape: records each call; a level run appends the recorded result."""
+def _fake_run_command(calls, probe_rc=0, level_rc=0, fixture=FIXTURE, module="sglang.bench_serving", side=None):
+    """AnsibleModule.run_command's shape: records each call; a level run appends the recorded result
+    (and, run under the driver, writes ``side`` as its per-request file)."""
     def run_command(argv, cwd=None, environ_update=None):
         calls.append(dict(argv=argv, cwd=cwd, environ=environ_update))
-        if argv[1] == "-c":
-            return probe_rc, "", "" if probe_rc == 0 else "ModuleNotFoundError: No module named 'sglang'"
+        if argv[1] == "-c" and argv[2] == bench_serving.PROBE_SNIPPET:
+            return probe_rc, module + "\n" if probe_rc == 0 else "", "" if probe_rc == 0 else \
+                "ModuleNotFoundError: No module named 'sglang'"
+        if argv[1] == "-c" and side is not None:
+            with open(argv[3], "w") as handle:
+                json.dump(side, handle)
         if level_rc:
             return level_rc, "", "bench_serving: boom"
         output = argv[argv.index("--output-file") + 1]
@@ -242,8 +262,9 @@ def test_run_levels_key_in_environment_only_and_cwd_root():
     calls = []
     requests = bench.build_requests([dict(prompt="hi", category="chat")], 4, 8)
     levels, records = bench_serving.run_levels(
-        "/opt/sglang/bin/python", "http://127.0.0.1:30000", requests, levels=[1, 4], max_new_tokens=8,
-        api_key="sk-fake-0123", label="spec", server={"standin": True}, run_command=_fake_run_command(calls))
+        "/opt/sglang/bin/python", "http://127.0.0.1:30000", requests,
+        params=dict(BS_PARAMS, max_new_tokens=8, api_key="sk-fake-0123"), server={"standin": True},
+        run_command=_fake_run_command(calls))
     assert [lvl["source"] for lvl in levels] == ["bench_serving", "bench_serving"]
     assert records and all(r["concurrency"] == 4 for r in records)  # the fixture's own max_concurrency
     assert [c["cwd"] for c in calls] == ["/", "/", "/"]
@@ -253,10 +274,11 @@ def test_run_levels_key_in_environment_only_and_cwd_root():
 
 def test_run_levels_failures_carry_what_ran():
     requests = bench.build_requests([dict(prompt="hi", category="chat")], 2, 8)
-    kwargs = dict(levels=[2], max_new_tokens=8, api_key=None, label="spec", server={"version": "x"})
+    kwargs = dict(params=dict(BS_PARAMS, concurrency=[2], max_new_tokens=8), server={"version": "x"})
     with pytest.raises(ModuleFailure) as exc:
         bench_serving.run_levels("/py", "http://h:1", requests, run_command=_fake_run_command([], probe_rc=3), **kwargs)
-    assert "/py cannot import sglang.bench_serving (rc 3: ModuleNotFoundError" in exc.value.msg
+    assert "/py cannot import sglang.benchmark.serving or sglang.bench_serving (rc 3: ModuleNotFoundError" \
+        in exc.value.msg
     assert exc.value.fail_kwargs() == {"msg": exc.value.msg}  # nothing ran: nothing to report
     with pytest.raises(ModuleFailure) as exc:
         bench_serving.run_levels("/py", "http://h:1", requests, run_command=_fake_run_command([], level_rc=1), **kwargs)
@@ -290,7 +312,10 @@ def test_argument_spec_is_the_one_source():
     assert spec["request_timeout"]["default"] == bench.DEFAULT_REQUEST_TIMEOUT
     assert spec["api_key"]["no_log"] is True and spec["prompts"]["required"] is True
     assert bench.validate(**dict((k, v) for k, v in _params().items() if k in (
-        "concurrency", "num_requests", "max_new_tokens", "engine", "label", "request_timeout"))) == []
+        "concurrency", "num_requests", "max_new_tokens", "engine", "label", "request_timeout", "repeats",
+        "temperature", "warmup_requests"))) == []
+    assert spec["temperature"]["default"] == 1.0 and spec["repeats"]["default"] == 3
+    assert spec["api"]["default"] == "auto" and spec["flush_cache"]["default"] is True
 
 
 def test_run_check_mode_sends_nothing_and_failures_carry_base():
@@ -318,17 +343,15 @@ def test_accept_length_matches_the_standin_model(standin_factory, golden):
                              env={"GPUFLEET_STANDIN_ACCEPT_MEAN": str(mean), "GPUFLEET_STANDIN_STEP_MS": "1"})
     prompts = bench.load_prompts(SHIPPED_PROMPTS)
     requests = bench.build_requests(prompts, 24, max_new)
-    before = bench.server_state(server.url)
     records, wall = bench.run_level(server.url, requests, 4, request_timeout=60)
     after = bench.server_state(server.url)
-    level = bench.aggregate(records, wall, 4, before, after)
+    level = bench.aggregate(records, wall, 4, after)
     assert level["failed"] == 0, level["errors"]
     assert level["verify_steps"] >= 200
     assert level["output_tokens"] == 24 * max_new
     assert abs(level["accept_length"] - mean) / mean <= 0.05
     expected = model.predicted_accept_mean(block, mean, max_new)
     assert abs(level["accept_length"] - expected) / expected <= 0.05
-    assert level["server_accept_length_window"] == pytest.approx(level["accept_length"], rel=1e-9)
     assert after["standin"] is True and after["speculative"] is True
     for record in records:
         assert record["ok"] and record["ttft"] <= record["latency"]
@@ -354,7 +377,8 @@ def test_speedup_matches_the_delay_model(standin_factory, golden):
         records, wall = bench.run_level(server.url, requests, 2, request_timeout=60)
         levels[label] = bench.aggregate(records, wall, 2)
         assert levels[label]["failed"] == 0, levels[label]["errors"]
-    assert levels["baseline"]["accept_length"] == pytest.approx(1.0)  # one token per step
+    # SGLang reports spec_verify_ct only with speculative decoding (and so does the stand-in now)
+    assert levels["baseline"]["accept_length"] is None and levels["baseline"]["verify_steps"] == 0
     assert levels["spec"]["verify_steps"] >= 200
     measured = bench.speedup([levels["spec"]], [levels["baseline"]])[0]["speedup"]
     predicted = model.predicted_speedup(block, mean, max_new, cost)

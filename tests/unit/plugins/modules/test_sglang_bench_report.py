@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -79,13 +80,17 @@ def test_report_with_baseline(capsys, out, results):
     with open(files["json"]) as handle:
         doc = json.load(handle)
     assert report.schema_problems(doc) == []
-    assert doc["schema_version"] == 1 and doc["host"] == "gpu1" and doc["standin"] is True
+    assert doc["schema_version"] == 2 and doc["host"] == "gpu1" and doc["standin"] is True
     assert doc["baseline"] == {"ran": True, "note": None}
     assert any("say nothing about real GPU performance" in n for n in doc["notes"])
     assert [s["concurrency"] for s in doc["speedup"]] == LEVELS
     assert all(s["speedup"] > 1.0 for s in doc["speedup"])
     assert doc["files"]["throughput_png"] == os.path.basename(files["throughput_png"])
-    assert len(doc["runs"]["spec"]["records"]) == 16
+    assert len(doc["runs"]["spec"]["records"]) == 16 * 3  # 3 repeats, the default
+    # three repeats per arm: a Welch t interval on the log throughputs around the pooled ratio
+    for item in doc["speedup"]:
+        assert item["ci_method"] == "welch-t-log-ratio" and (item["repeats_spec"], item["repeats_baseline"]) == (3, 3)
+        assert item["speedup_ci_low"] <= item["speedup_ci_high"]
 
     with open(files["markdown"]) as handle:
         text = handle.read()
@@ -94,9 +99,10 @@ def test_report_with_baseline(capsys, out, results):
     assert [(r[0], r[1]) for r in rows] == [("spec", "1"), ("spec", "4"), ("baseline", "1"), ("baseline", "4")]
     for row in rows:
         assert len(row) == 9 and float(row[3]) > 0  # output tok/s
-        assert row[6] != "-"  # accept length (1.00 for the baseline)
-    assert rows[0][8].endswith("x") and rows[2][8] == "-"
-    assert float(rows[1][8].rstrip("x")) == pytest.approx(doc["speedup"][1]["speedup"], abs=0.006)
+    assert [row[6] != "-" for row in rows] == [True, True, False, False]  # no accept length without spec decoding
+    assert re.match(r"^\d+\.\d\dx \[\d+\.\d\d-\d+\.\d\d\]$", rows[0][8]) and rows[2][8] == "-"
+    assert float(rows[1][8].split("x")[0]) == pytest.approx(doc["speedup"][1]["speedup"], abs=0.006)
+    assert "temperature 1.0" in text and "3 repeat(s)" in text and "speedup [95% CI]" in text
     assert "![output throughput vs concurrency](benchmark-gpu1-20260102T030405Z-throughput.png)" in text
 
     for key in ("throughput_png", "accept_length_png"):
@@ -158,8 +164,8 @@ def test_bad_inputs(capsys, out, results):
 
 
 def test_schema_check_names_problems():
-    problems = report.schema_problems({"schema_version": 2, "standin": "yes"})
-    assert "$.schema_version: 2 is not one of [1]" in problems
+    problems = report.schema_problems({"schema_version": 1, "standin": "yes"})
+    assert "$.schema_version: 1 is not one of [2]" in problems
     assert "$: missing key 'generated_at'" in problems
     assert "$.standin: expected boolean, got str" in problems
 
