@@ -13,18 +13,29 @@ short_description: Benchmark a running SGLang server (throughput, latency, TTFT,
 version_added: 0.1.0
 description:
   - "Runs ON the GPU host against O(url), normally the server's loopback address. For each level in
-    O(concurrency) it sends O(num_requests) generations built from the prompts in O(prompts) (taken in turn),
-    with temperature 0 and C(ignore_eos) so each produces its full C(max_new_tokens)."
+    O(concurrency): O(warmup_requests) requests that are not measured, then O(repeats) times a C(POST /flush_cache)
+    (O(flush_cache)) and O(num_requests) measured generations built from the prompts in O(prompts) (taken in
+    turn), with O(temperature) and C(ignore_eos) so each produces its full C(max_new_tokens). The speculative and
+    the baseline run go through the same sequence, so neither measures a cold, just-restarted server or a prefix
+    cache the other did not have."
+  - "O(api): a chat model (its model directory, C(tokenizer_path) or C(model_path) of C(/server_info), has a
+    C(chat_template.jinja) or a C(chat_template) in C(tokenizer_config.json)) gets its prompts as chat messages
+    through C(POST /v1/chat/completions), as its users send them; other models get raw text through
+    C(POST /generate)."
   - "O(engine=builtin) (the default, needs nothing but Python): one thread per concurrent request slot, each
-    streaming C(POST /generate); per request it records time to first token, end-to-end latency, output tokens
-    and the accept length C(completion_tokens / spec_verify_ct) from C(meta_info)."
-  - "Per level it returns output throughput (output tokens per second of wall time), p50/p90/p99 latency and
-    TTFT, and the mean accept length as total output tokens over total verify steps, cross-checked with the
-    server's own C(/server_info) C(internal_states[0].avg_spec_accept_length)."
-  - "O(engine=bench_serving) runs SGLang's own C(python -m sglang.bench_serving) with O(python) per level
-    instead (ShareGPT-format dataset made from the same prompts, C(--max-concurrency) per level) and parses its
-    JSON result (C(output_throughput), C(accept_length), latency and TTFT percentiles). It fails when
-    C(sglang.bench_serving) is not importable by O(python)."
+    streaming one request; per request it records time to first token, end-to-end latency, output tokens and the
+    accept length C(completion_tokens / spec_verify_ct) from that request's own answer (C(meta_info) of
+    C(/generate), C(sglext.spec_tokens_details) of a chat completion)."
+  - "Per level it returns output throughput (output tokens per second of measured wall time, all repeats), each
+    repeat's throughput, p50/p90/p99 latency and TTFT, and the accept length as total output tokens over total
+    verify steps of its requests. The server's C(/server_info) C(avg_spec_accept_length) is returned as
+    information only: SGLang averages it over the server's lifetime and refreshes it at decode-log intervals."
+  - "O(engine=bench_serving) runs SGLang's own serving benchmark with O(python) per level and repeat instead:
+    C(sglang.benchmark.serving) when O(python) has it (SGLang 0.5.23 deprecates C(sglang.bench_serving)), run
+    through a small driver that saves each request's C(spec_accept_length), else C(python -m sglang.bench_serving)
+    (then no accept length is measured). ShareGPT-format dataset made from the same prompts, C(--max-concurrency)
+    per level, C(--warmup-requests), C(--flush-cache), the temperature in C(--extra-request-body), backend
+    C(sglang-oai-chat) for the chat API. It fails when neither module is importable by O(python)."
   - "O(label) says which server this is: V(spec) must be running speculative decoding and V(baseline) must not
     (read from C(/server_info) C(speculative_algorithm)); a mismatch fails before any load is sent."
   - "Fails when any request fails, with the partial results, so a playbook can restore the server."
@@ -85,6 +96,41 @@ options:
     description: Seconds one request may take in all (also the read timeout of each streamed step).
     type: float
     default: 600
+  temperature:
+    description:
+      - Sampling temperature of every request.
+      - "The default is the Kimi K2.6 model card's setting: \"Unless otherwise specified, all Kimi K2.6
+        experiments were conducted with temperature = 1.0, top-p = 1.0\" (top-p stays at SGLang's default, 1.0).
+        Greedy decoding (V(0)) flatters speculative decoding: the drafter guesses the argmax far more often than a
+        sampled token. Use your model card's recommendation for another model."
+    type: float
+    default: 1.0
+  repeats:
+    description:
+      - Measured runs of O(num_requests) requests per level, each after a C(/flush_cache).
+      - "With 2 or more in both the speculative and the baseline run, the report gives the speedup a 95%
+        confidence interval: a Welch t interval on the difference of the mean log throughputs of the two runs
+        (they are separate server starts, so the repeats are not paired), i.e. for the ratio of their
+        geometric-mean throughputs."
+    type: int
+    default: 3
+  warmup_requests:
+    description:
+      - Requests sent before each level's measured runs and not measured (they pay for compilation and graph
+        capture after a start). Default one per concurrent slot of the level. V(0) sends none.
+    type: int
+  flush_cache:
+    description: C(POST /flush_cache) before every measured run (a server without the route gets a warning).
+    type: bool
+    default: true
+  api:
+    description:
+      - V(chat) sends each prompt as one user message to C(/v1/chat/completions) (the model's chat template
+        applies), V(generate) sends it as raw text to C(/generate), V(auto) uses V(chat) when the server's model
+        directory has a chat template and V(generate) otherwise (RV(workload.api_reason) says why).
+    type: str
+    choices: [auto, generate, chat]
+    default: auto
   python:
     description: The interpreter with SGLang installed, for O(engine=bench_serving).
     type: path
@@ -114,6 +160,8 @@ EXAMPLES = r"""
     concurrency: [1, 8, 32]
     num_requests: 64
     max_new_tokens: 256
+    repeats: 3
+    temperature: 1.0
   register: bench_spec
 
 - name: Same, with SGLang's own bench_serving as the load generator
@@ -144,9 +192,12 @@ server:
   returned: unless check mode
   type: dict
   sample: {"version": "0.5.23", "standin": false, "speculative_algorithm": "DFLASH",
-           "model_path": "/srv/models/Kimi-K2.6/3f2a", "avg_spec_accept_length": 3.4, "spec_verify_ct_total": 1200}
+           "model_path": "/srv/models/Kimi-K2.6/3f2a", "tokenizer_path": "/srv/models/Kimi-K2.6/3f2a",
+           "avg_spec_accept_length": 3.4}
 workload:
-  description: The workload as run (prompt file, prompt count per category, requests per level, levels).
+  description:
+    - The workload as run (prompt file, prompt count per category, requests per level, levels, temperature,
+      repeats, warmup_requests, flush_cache, and the API used with the reason, C(api) and C(api_reason)).
   returned: always
   type: dict
 levels:
@@ -154,16 +205,18 @@ levels:
     - One entry per concurrency level, in order. Times in seconds, throughputs per second.
     - "Keys: concurrency, requests, succeeded, failed, errors, wall_seconds, output_tokens, prompt_tokens,
       output_throughput, request_throughput, latency_s and ttft_s (mean, p50, p90, p99, max), accept_length
-      (total tokens / total verify steps; null without speculative decoding), verify_steps,
-      server_accept_length (C(/server_info) after the level), server_accept_length_window (the server's figure
-      over this level alone, when it reports C(spec_verify_ct_total)), accept_length_server_diff_pct, source."
+      (total tokens / total verify steps of the requests; null without speculative decoding or without
+      per-request figures), accept_length_source, verify_steps, server_accept_length (C(/server_info) lifetime
+      figure after the level, information only), repeats (per measured run: repeat, requests, wall_seconds,
+      output_tokens, output_throughput, accept_length), source."
   returned: unless check mode
   type: list
   elements: dict
 records:
   description:
-    - One entry per request (index, concurrency, category, ok, error, ttft, latency, prompt_tokens, output_tokens,
-      spec_verify_ct, accept_length, max_new_tokens, finish_reason).
+    - One entry per measured request (index, repeat, concurrency, category, api, ok, error, ttft, latency,
+      prompt_tokens, output_tokens, spec_verify_ct, accept_length, max_new_tokens, finish_reason); warm-up
+      requests are not recorded.
   returned: unless check mode
   type: list
   elements: dict

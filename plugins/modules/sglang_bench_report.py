@@ -14,9 +14,9 @@ version_added: 0.1.0
 description:
   - "Meant to run on the controller (C(delegate_to: localhost)) with the registered results of
     M(gpufleet.llm.sglang_bench) for one host: the speculative run and, when it ran, the baseline run."
-  - "Writes into O(dest): C(benchmark-<host>-<timestamp>.json) (the report document, C(schema_version) 1, see
+  - "Writes into O(dest): C(benchmark-<host>-<timestamp>.json) (the report document, C(schema_version) 2, see
     docs/benchmark.md), C(benchmark-<host>-<timestamp>.md) (a markdown table, one row per run and concurrency
-    level, with the speedup per level when a baseline ran) and two PNG plots of 800x500 pixels: output throughput
+    level, with the speedup per level and its 95% confidence interval over the repeats when a baseline ran) and two PNG plots of 800x500 pixels: output throughput
     vs concurrency (spec vs baseline) and a histogram of the per-request accept lengths."
   - The plots are made with matplotlib (Agg backend, no display needed).
   - A report of the lab's SGLang stand-in says in every file that its figures say nothing about GPU performance.
@@ -87,12 +87,17 @@ files:
            "throughput_png": "/home/ops/benchmark-reports/benchmark-gpu1-20260101T120000Z-throughput.png",
            "accept_length_png": "/home/ops/benchmark-reports/benchmark-gpu1-20260101T120000Z-accept-length.png"}
 speedup:
-  description: Per concurrency level in both runs, spec and baseline output throughput and their ratio.
+  description:
+    - Per concurrency level in both runs, spec and baseline output throughput and their ratio, with the ratio's
+      confidence interval over the repeats (C(speedup_ci_low), C(speedup_ci_high); null with fewer than 2 repeats
+      in a run): a Welch t interval on the difference of the mean log throughputs (C(ci_method)
+      V(welch-t-log-ratio)), as the two runs are separate server starts and their repeats are not paired.
   returned: always
   type: list
   elements: dict
   sample: [{"concurrency": 8, "spec_output_throughput": 910.2, "baseline_output_throughput": 312.5,
-            "speedup": 2.91, "latency_p50_ratio": 2.88}]
+            "speedup": 2.91, "latency_p50_ratio": 2.88, "speedup_ci_low": 2.74, "speedup_ci_high": 3.09,
+            "ci_confidence": 0.95, "ci_method": "welch-t-log-ratio", "repeats_spec": 3, "repeats_baseline": 3}]
 markdown:
   description: The markdown report text.
   returned: always

@@ -10,10 +10,11 @@ every concurrency level the true figures are known in advance:
   speedup               = predicted_speedup(block, mean, max_new_tokens, SPEC_COST)
 
 and the benchmark's measurements (gpufleet.llm.sglang_bench's built-in load generator, the code the
-module runs) are compared with them. Stand-in figures say NOTHING about GPU performance: this
+module runs, with its method: per level and arm a warm-up, then --repeats runs each after
+/flush_cache; the speedup with its 95% Welch t interval over the repeats) are compared with them. Stand-in figures say NOTHING about GPU performance: this
 measures the client's fidelity, i.e. how much of what it reports is its own overhead.
 
-Usage: python tests/lab/bench_sglang.py [--levels 1,8,32] [--max-new-tokens 128] [--out bench-results]
+Usage: python tests/lab/bench_sglang.py [--levels 1,8,32] [--max-new-tokens 128] [--repeats 3] [--out bench-results]
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def _import_collection():
         link.symlink_to(REPO)
     sys.path.insert(0, str(WORK / "collections"))
     from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench  # noqa: E402
+    from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_run  # noqa: E402
     from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees  # noqa: E402
-    return _sglang_bench, model_trees
+    return _sglang_bench, _sglang_bench_run, model_trees
 
 
 def _standin_module():
@@ -101,11 +103,12 @@ def main():
     parser.add_argument("--spec-cost", type=float, default=1.2)
     parser.add_argument("--block", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=4, help="requests per concurrent slot")
+    parser.add_argument("--repeats", type=int, default=3, help="measured runs per level and arm")
     parser.add_argument("--out", default=str(REPO / "bench-results"))
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
 
-    bench, model_trees = _import_collection()
+    bench, bench_run, model_trees = _import_collection()
     standin = _standin_module()
     WORK.mkdir(parents=True, exist_ok=True)
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="run-", dir=str(WORK)))
@@ -135,15 +138,24 @@ def main():
             for label in ("spec", "baseline"):
                 proc, info = servers[label]
                 url = info["url"]
-                before = bench.server_state(url)
-                client0, server0 = time.process_time(), _cpu_seconds(proc.pid)
-                records, wall = bench.run_level(url, requests, level, request_timeout=120)
+                # The module's method: a warm-up (one request per slot), then each repeat after /flush_cache.
+                bench.run_level(url, requests[:level], level, request_timeout=120)
+                records, repeats, wall, client_cpu, server_cpu = [], [], 0.0, 0.0, 0.0
+                for repeat in range(args.repeats):
+                    bench_run.flush_cache(url)
+                    client0, server0 = time.process_time(), _cpu_seconds(proc.pid)
+                    run_records, run_wall = bench.run_level(url, requests, level, request_timeout=120)
+                    client_cpu += time.process_time() - client0
+                    server_cpu += _cpu_seconds(proc.pid) - server0
+                    records.extend(run_records)
+                    repeats.append(bench.repeat_summary(run_records, run_wall, repeat))
+                    wall += run_wall
                 # CPU share of the wall time: near 1.0 on a side means that side is the bottleneck
                 # (these are 2-core machines, shared by client and server).
-                cpu[label] = dict(client=(time.process_time() - client0) / wall,
-                                  server=(_cpu_seconds(proc.pid) - server0) / wall)
-                result[label] = bench.aggregate(records, wall, level, before, bench.server_state(url))
-            speedup = bench.speedup([result["spec"]], [result["baseline"]])[0]["speedup"]
+                cpu[label] = dict(client=client_cpu / wall, server=server_cpu / wall)
+                result[label] = bench.aggregate(records, wall, level, bench.server_state(url), repeats=repeats)
+            compared = bench.speedup([result["spec"]], [result["baseline"]])[0]
+            speedup = compared["speedup"]
             ideal_base = level * 1000.0 / args.step_ms
             rows.append(dict(
                 concurrency=level, requests=len(requests),
@@ -154,8 +166,9 @@ def main():
                 accept_length=result["spec"]["accept_length"], verify_steps=result["spec"]["verify_steps"],
                 accept_length_predicted=predicted_accept,
                 accept_length_error_pct=100.0 * (result["spec"]["accept_length"] / predicted_accept - 1),
-                server_accept_length_window=result["spec"]["server_accept_length_window"],
-                speedup=speedup, speedup_predicted=predicted_speedup,
+                server_accept_length=result["spec"]["server_accept_length"],
+                speedup=speedup, speedup_ci_low=compared["speedup_ci_low"], speedup_ci_high=compared["speedup_ci_high"],
+                repeats=args.repeats, speedup_predicted=predicted_speedup,
                 speedup_error_pct=100.0 * (speedup / predicted_speedup - 1),
                 spec_latency_p50=result["spec"]["latency_s"]["p50"], spec_ttft_p50=result["spec"]["ttft_s"]["p50"],
                 baseline_latency_p50=result["baseline"]["latency_s"]["p50"],
@@ -186,16 +199,18 @@ def main():
         "request; %s, %d CPUs, load %.1f at start."
         % (args.step_ms, args.spec_cost, args.accept_mean, args.block, args.max_new_tokens, doc["date"],
            doc["machine"]["cpus"], doc["machine"]["load_avg"][0]), "",
-        "| concurrency | requests | spec tok/s | baseline tok/s | baseline / ideal | accept length (predicted) "
-        "| speedup (predicted) | speedup error | CPU client / server (baseline) |",
+        "| concurrency | requests x repeats | spec tok/s | baseline tok/s | baseline / ideal "
+        "| accept length (predicted) | speedup [95% CI] (predicted) | speedup error | CPU client / server (baseline) |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
-        lines.append("| %d | %d | %.1f | %.1f | %.3f | %.3f (%.3f) | %.3f (%.3f) | %+.1f%% | %.2f / %.2f |" % (
-            row["concurrency"], row["requests"], row["spec_output_throughput"], row["baseline_output_throughput"],
-            row["baseline_fidelity"], row["accept_length"], row["accept_length_predicted"], row["speedup"],
-            row["speedup_predicted"], row["speedup_error_pct"], row["cpu_share"]["baseline"]["client"],
-            row["cpu_share"]["baseline"]["server"]))
+        interval = ("[%.3f-%.3f]" % (row["speedup_ci_low"], row["speedup_ci_high"])
+                    if row["speedup_ci_low"] is not None else "[-]")
+        lines.append("| %d | %d x %d | %.1f | %.1f | %.3f | %.3f (%.3f) | %.3f %s (%.3f) | %+.1f%% | %.2f / %.2f |" % (
+            row["concurrency"], row["requests"], row["repeats"], row["spec_output_throughput"],
+            row["baseline_output_throughput"], row["baseline_fidelity"], row["accept_length"],
+            row["accept_length_predicted"], row["speedup"], interval, row["speedup_predicted"],
+            row["speedup_error_pct"], row["cpu_share"]["baseline"]["client"], row["cpu_share"]["baseline"]["server"]))
     (out / "sglang-bench.md").write_text("\n".join(lines) + "\n")
     print("wrote %s and %s" % (out / "sglang-bench.json", out / "sglang-bench.md"))
 
