@@ -349,6 +349,7 @@ def _check_accept(params, result, path, minimum, *, client):
     sample = _accept.summarize(samples, max_new_tokens=params["accept_max_new_tokens"],
                                min_tokens=params["accept_min_tokens"])
     result["accept_sample"] = sample
+    _refresh_server_accept(client, result)
     measured = sample["accept_length"]
     ci95 = sample["ci95"]
     numbers = "sample of %d requests x %d new tokens (POST %s/generate, temperature 0): %d completion tokens / " \
@@ -372,3 +373,12 @@ def _check_accept(params, result, path, minimum, *, client):
             "target well: check speculative-draft-model-path and that the drafter was trained for this target "
             "revision, or lower min_accept_length" % (_num(measured), _num(minimum), numbers), result)
     result["checks"].append("accept length: %s (pooled sample) >= %s; %s" % (_num(measured), _num(minimum), numbers))
+
+
+def _refresh_server_accept(client, result):
+    """Read the server's average again after the sample: SGLang folds it only every decode-log-interval
+    decode iterations, so before the sample a freshly started server often has none to report."""
+    _path, sinfo = client.get_json(["/server_info", "/get_server_info"], result)
+    avg = _server_accept(sinfo)
+    if avg is not None:
+        result["accept_length"] = avg

@@ -141,6 +141,8 @@ def test_accept_length_above_minimum_passes(capsys, standin_factory, golden):
     assert res["_rc"] == 0, res.get("msg")
     assert res["accept_sample"]["accept_length"] == pytest.approx(4.0)
     assert res["accept_sample"]["spec_verify_ct"] == 512 and res["accept_sample"]["judged"] is True
+    # the server's average, read again after the sample (64 decode iterations > decode-log-interval 40)
+    assert res["accept_length"] == pytest.approx(4.0)
     assert res["smoke"]["spec_verify_ct"] == 4 and res["smoke"]["accept_length"] == pytest.approx(4.0)
     assert any(c.startswith("accept length: 4 (pooled sample) >= 3.5") for c in res["checks"])
 
