@@ -8,6 +8,8 @@
 #   3. a baseline workload failing midway (request_timeout the baseline's requests outlast):
 #      the play fails, the server is restored, the report says why;
 #   4. the play killed during the baseline: the systemd-run timer restores the server.
+# Every run uses the benchmark method (issue 11 item 10): a warm-up per level, 2 repeats each after
+# /flush_cache, temperature 1.0, and the chat API (the lab model has a chat_template.jinja).
 # shellcheck source=../setup_lab/lab.sh
 . "$(dirname "$0")/../setup_lab/lab.sh"
 forbid_in_output itest-bench-api-key-NOT-a-secret
@@ -37,7 +39,13 @@ reports = sorted(glob.glob(os.path.join(d, "benchmark-gpu1-*.json")))
 assert reports, "no report in %s" % d
 with open(reports[-1]) as f:
     doc = json.load(f)
-assert doc["schema_version"] == 1 and doc["host"] == "gpu1" and doc["standin"] is True
+assert doc["schema_version"] == 2 and doc["host"] == "gpu1" and doc["standin"] is True
+spec = doc["runs"]["spec"]
+work = spec["workload"]
+assert work["api"] == "chat" and "chat_template.jinja" in work["api_reason"], work
+assert (work["repeats"], work["flush_cache"], work["temperature"]) == (2, True, 1.0), work
+assert all(len(l["repeats"]) == 2 and l["accept_length_source"] == "requests" for l in spec["levels"]), spec["levels"]
+assert all(r["api"] == "chat" and r["repeat"] in (0, 1) for r in spec["records"])
 for key in ("json", "markdown", "throughput_png", "accept_length_png"):
     assert os.path.isfile(os.path.join(d, doc["files"][key])), key
 for key in ("throughput_png", "accept_length_png"):
@@ -75,7 +83,13 @@ assert doc["baseline"]["ran"] is True and len(rows) == 4
 assert [s["concurrency"] for s in doc["speedup"]] == [1, 4]
 assert all(s["speedup"] > 1.5 for s in doc["speedup"]), doc["speedup"]
 base = doc["runs"]["baseline"]
-assert base["server"]["speculative"] is False and all(l["accept_length"] == 1.0 for l in base["levels"])
+assert base["server"]["speculative"] is False and all(l["accept_length"] is None for l in base["levels"])
+assert base["workload"]["api"] == "chat" and all(len(l["repeats"]) == 2 for l in base["levels"])
+# two repeats per run: every level has a Welch interval around a ratio the table shows with it
+for s in doc["speedup"]:
+    assert s["ci_method"] == "welch-t-log-ratio" and (s["repeats_spec"], s["repeats_baseline"]) == (2, 2), s
+    assert s["speedup_ci_low"] is not None and s["speedup_ci_low"] <= s["speedup_ci_high"], s
+assert all(" [" in r.split("|")[9] for r in rows if r.startswith("| spec ")), rows
 assert doc["runs"]["spec"]["server"]["speculative"] is True
 '
 
