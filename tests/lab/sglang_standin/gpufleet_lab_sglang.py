@@ -9,10 +9,19 @@ exactly as SGLang is:
 
 and models, openly, what the collection depends on: the same dash-form YAML (an underscore key or
 an unknown key exits 2 naming it, as SGLang 0.5.23 does), the cache directories a real start writes
-to, a loader that opens every shard with safetensors (a bad model exits 1 naming the file),
-/health 503 while "loading" then 200, /model_info, /server_info, /generate (also streamed), an API
-key, multi-node ranks. Its speed figures come from the delay model below and say NOTHING about
-GPU performance. What it models is listed in docs/lab.md ("SGLang stand-in").
+to, a loader that opens every shard with safetensors (a bad model exits 1 naming the file), and
+SGLang 0.5.23's HTTP answers: /health, /health_generate and /ready (503 while "loading", then 200,
+no body), /model_info, /server_info, /generate (also streamed), /flush_cache,
+/v1/chat/completions, an API key, multi-node ranks. Its speed figures come from the delay model
+below and say NOTHING about GPU performance. What it models is listed in docs/lab.md ("SGLang
+stand-in").
+
+Never kinder than SGLang 0.5.23: every route, option and answer field here exists in SGLang 0.5.23
+under the same name and type (tests/lab/tests/test_standin_fidelity.py reads them from SGLang's
+source in the lab image and fails otherwise); the only addition is the `"standin": true` marker in
+/server_info and /model_info. Per-request speculative figures (meta_info `spec_verify_ct`,
+`spec_accept_length`, ...) come only in a request's last answer and only with speculative decoding;
+the server-wide `avg_spec_accept_length` is refreshed at decode-log intervals (State below).
 
 `--ready-file PATH` (the lab's own option, not SGLang's; tests and benchmarks start it with
 tests/lab/ready.py): once the port listens, PATH gets `{"state": "loading", "url", "host", "port",
@@ -26,24 +35,28 @@ Delay and accept model (open on purpose, so tests can predict what they measure)
 - Every verify step sleeps STEP_MS milliseconds (`GPUFLEET_STANDIN_STEP_MS`, default 20), paced
   against a per-request deadline so HTTP overhead does not accumulate. Requests are served by
   threads and step in parallel, as a batching server would: throughput scales with concurrency.
-- Not speculative (no `speculative-algorithm`): one token per step; spec_verify_ct = steps.
+- Not speculative (no `speculative-algorithm`): one token per step; no spec_* figures (as SGLang).
 - Speculative: each step emits k = 1 + Binomial(block - 1, p) tokens, truncated to what is left of
   max_new_tokens. block = `speculative-num-draft-tokens`, else the drafter's config.json
   `block_size`, else 8. p = (ACCEPT_MEAN - 1) / (block - 1), so the untruncated mean of k is
   ACCEPT_MEAN (`GPUFLEET_STANDIN_ACCEPT_MEAN`, default 3.5, must lie in [1, block]). A speculative
   step costs STEP_MS * SPEC_COST ms (`GPUFLEET_STANDIN_SPEC_COST`, default 1.2).
 - Randomness: `random.Random(f"{SEED}:{request_number}")` per request (`GPUFLEET_STANDIN_SEED`,
-  default 0; request_number counts /generate requests from 0 in arrival order): a given sequence
+  default 0; request_number counts /generate and /v1/chat/completions requests from 0 in arrival
+  order): a given sequence
   of requests gives the same draws.
 - Hence, at equal concurrency, predicted speedup = ACCEPT_MEAN / SPEC_COST before truncation;
   exactly, for requests of N new tokens, accept length = N / E[steps(N)] (what
   completion_tokens / spec_verify_ct summed over many requests converges to, and what /server_info
-  reports) and speedup = N / (E[steps(N)] * SPEC_COST): see predicted_accept_mean(),
+  reports once folded) and speedup = N / (E[steps(N)] * SPEC_COST): see predicted_accept_mean(),
   expected_verify_steps(), predicted_speedup(). (The mean of per-request ratios is a different,
   slightly larger number.)
-- /server_info `internal_states[0].avg_spec_accept_length` = total completion tokens / total
-  verify steps over all finished /generate requests (1.0 before any; absent when not
-  speculative, as SGLang omits it). `standin_model` there reports the knobs in effect.
+- /server_info `internal_states[0].avg_spec_accept_length`, as SGLang 0.5.23 computes it: lifetime
+  accepted tokens / lifetime verify forwards, where the lifetime counters take in the per-interval
+  ones only every `decode-log-interval` (default 40) decode iterations. Absent before the first
+  fold and after /flush_cache (which resets the counters); absent when not speculative. One verify
+  step of a request counts 1/running of a decode iteration (State). The knobs in effect are logged
+  at start (`delay model: {...}`).
 
 Other knobs: `GPUFLEET_STANDIN_LOAD_SECONDS` (default 2): extra seconds of "loading" after the
 model was read (/health 503 meanwhile). `GPUFLEET_STANDIN_NEVER_READY=1`: /health stays 503 forever
