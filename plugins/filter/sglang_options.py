@@ -14,9 +14,9 @@ description:
   - Returns the SGLang server options the sglang role writes to its config file, in dash form
     (C(tp_size) and C(tp-size) both become C(tp-size)), from the input (O(_input), the role's
     C(sglang_base_args)), O(args) (C(sglang_args), merged over it) and O(role_options) (what the role
-    itself sets: C(model-path), the drafter's C(speculative-*), the multi-node ranks).
+    itself sets, C(model-path), the drafter's C(speculative-*), the multi-node ranks).
   - "Aliases of SGLang 0.5.23's parser are resolved to the option's own name: C(tensor-parallel-size)
-    and C(tp) spellings become C(tp-size), C(model) becomes C(model-path), and so on, so that the merged
+    becomes C(tp-size), C(model) becomes C(model-path), and so on, so that the merged
     C(tp-size) is the tensor-parallel size the server really gets."
   - "A C(null) value removes an option of O(_input)."
   - Fails when one dict gives one option twice (two spellings, or an alias and its name), when a key
