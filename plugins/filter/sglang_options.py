@@ -117,7 +117,8 @@ def _canonical(raw: Any, *, source: str) -> str:
 
 
 def _owned_error(raw: Any, key: str, *, source: str) -> AnsibleFilterError:
-    spelt = "" if str(raw) == key else " (SGLang's %s)" % key
+    # Named only for an alias: model_path needs no "(SGLang's model-path)", model does.
+    spelt = "" if str(raw).strip().lstrip("-").replace("_", "-").lower() == key else " (SGLang's %s)" % key
     return AnsibleFilterError("%s: %r%s is set by the sglang role and cannot be given here; use %s"
                               % (source, raw, spelt, ROLE_OWNED[key]))
 

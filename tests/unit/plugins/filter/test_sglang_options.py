@@ -94,6 +94,15 @@ def test_role_owned_option_refused(key, variable, where):
     assert value not in message  # values (an api key) never in a message
 
 
+def test_owned_message_names_the_option_only_for_an_alias():
+    with pytest.raises(AnsibleFilterError) as err:
+        sglang_options(BASE, {"model_path": "/x"})
+    assert str(err.value).startswith("sglang_args: 'model_path' is set by the sglang role and cannot be given here; use ")
+    with pytest.raises(AnsibleFilterError) as err:
+        sglang_options(BASE, {"model": "/x"})
+    assert str(err.value).startswith("sglang_args: 'model' (SGLang's model-path) is set by the sglang role")
+
+
 def test_null_cannot_remove_a_role_owned_option():
     with pytest.raises(AnsibleFilterError, match="sglang_target_model"):
         sglang_options(BASE, {"model_path": None}, ROLE)
