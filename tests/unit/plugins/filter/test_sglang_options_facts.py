@@ -10,15 +10,12 @@ reads, at the base value.
 """
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
-import pytest
 import yaml
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+from ansible_collections.gpufleet.llm.tests.unit.plugins.filter.localplay import ROOT, run_play
+
 FACTS = os.path.join(ROOT, "roles", "sglang", "tasks", "facts.yml")
 BASE = {"host": "127.0.0.1", "port": 30000, "tp-size": 8, "mem-fraction-static": 0.85, "trust-remote-code": True}
 TARGET = "/srv/models/t/abc"
@@ -56,36 +53,23 @@ def _merge_task():
 
 
 def test_merge_refuses_role_owned_and_resolves_aliases(tmp_path):
-    playbook = [{
-        "hosts": "localhost",
-        "gather_facts": False,
-        "vars": {"sglang_base_args": BASE, "_sglang_target": TARGET, "_sglang_drafter": DRAFTER,
-                 "_sglang_node_rank": "0", "_sglang_rank0": "rank0", "sglang_dist_init_port": 50000},
-        "tasks": [{
-            "name": "Render",
-            "ansible.builtin.set_fact": {"_sglang_options": _merge_task()},
-            "vars": {"sglang_args": "{{ item.0 }}", "_sglang_nnodes": "{{ item.1 }}"},
-            "loop": [[case[0], case[1]] for case in CASES],
-            "register": "rendered",
-            "ignore_errors": True,
-        }, {
-            "name": "Write",
-            "ansible.builtin.copy": {
-                "content": "{{ rendered.results | map(attribute='ansible_facts', default={'_sglang_options': none}) "
-                           "| map(attribute='_sglang_options') | zip(rendered.results | map(attribute='msg', default='')) | to_json }}",
-                "dest": str(tmp_path / "out.json")},
-        }],
+    tasks = [{
+        "name": "Render",
+        "ansible.builtin.set_fact": {"_sglang_options": _merge_task()},
+        "vars": {"sglang_args": "{{ item.0 }}", "_sglang_nnodes": "{{ item.1 }}"},
+        "loop": [[case[0], case[1]] for case in CASES],
+        "register": "rendered",
+        "ignore_errors": True,
+    }, {
+        "name": "Write",
+        "ansible.builtin.copy": {
+            "content": "{{ rendered.results | map(attribute='ansible_facts', default={'_sglang_options': none}) "
+                       "| map(attribute='_sglang_options') | zip(rendered.results | map(attribute='msg', default='')) | to_json }}",
+            "dest": str(tmp_path / "out.json")},
     }]
-    (tmp_path / "play.yml").write_text(json.dumps(playbook))
-    collections = os.path.dirname(os.path.dirname(os.path.dirname(ROOT)))
-    env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING="False", ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
-               ANSIBLE_COLLECTIONS_PATH=collections)
-    argv = [sys.executable, "-m", "ansible.cli.playbook", "-i", "localhost,", "-c", "local",
-            "-e", "ansible_python_interpreter=%s" % sys.executable, str(tmp_path / "play.yml")]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
-    if not (tmp_path / "out.json").exists():
-        pytest.fail("ansible-playbook failed:\n%s\n%s" % (proc.stdout[-3000:], proc.stderr[-3000:]))
-    results = json.loads((tmp_path / "out.json").read_text())
+    play_vars = {"sglang_base_args": BASE, "_sglang_target": TARGET, "_sglang_drafter": DRAFTER,
+                 "_sglang_node_rank": "0", "_sglang_rank0": "rank0", "sglang_dist_init_port": 50000}
+    results = run_play(tmp_path, tasks, play_vars=play_vars)
     assert len(results) == len(CASES)
     for (args, _nnodes, expected), (options, msg) in zip(CASES, results):
         if isinstance(expected, dict):
