@@ -63,16 +63,20 @@ class CheckerError(Exception):
 
 # --- the module's half ---------------------------------------------------------------------------
 
-def script_source():
-    """This file's bytes, to feed to ``<python> -`` (works from a file and from AnsiballZ's zip)."""
-    loader = globals().get("__loader__")
+def file_source(loader: Any, path: str) -> bytes:
+    """A module file's bytes, through its loader first (works from a file and from AnsiballZ's zip)."""
     if loader is not None and hasattr(loader, "get_data"):
         try:
-            return loader.get_data(__file__)
+            return loader.get_data(path)
         except (OSError, IOError):
             pass
-    with open(__file__, "rb") as handle:
+    with open(path, "rb") as handle:
         return handle.read()
+
+
+def script_source():
+    """This file's bytes, to feed to ``<python> -``."""
+    return file_source(globals().get("__loader__"), __file__)
 
 
 def command(python: str, config: str, expect_version: str | None = None) -> list[str]:
@@ -83,12 +87,12 @@ def command(python: str, config: str, expect_version: str | None = None) -> list
     return argv
 
 
-def read_result(rc, stdout, stderr, python):
+def read_result(rc, stdout, stderr, python, *, marker=MARKER):
     """The checker's answer (a dict) from its exit code and output; CheckerError when there is none."""
     for line in reversed(stdout.splitlines()):
-        if line.startswith(MARKER):
+        if line.startswith(marker):
             try:
-                return json.loads(line[len(MARKER):])
+                return json.loads(line[len(marker):])
             except ValueError as exc:
                 raise CheckerError("the SGLang checker run by %s printed an unreadable result (%s)" % (python, exc))
     tail = "\n".join((stderr or stdout or "").strip().splitlines()[-15:])
@@ -112,6 +116,10 @@ def argument_spec() -> dict[str, dict[str, Any]]:
         config=dict(type="path", required=True),
         python=dict(type="path", default="/usr/bin/python3"),
         expect_version=dict(type="str"),
+        # Not no_log: Ansible would then mask every occurrence of short values such as "1" in the
+        # whole result. The module keeps all values out of its output and invocation instead, and
+        # masks the values of secret-looking names anywhere (sglang_preflight.main).
+        environment=dict(type="dict", default={}),
     )
 
 
@@ -130,8 +138,10 @@ def run(params: dict[str, Any], *, run_command: Callable[..., tuple], warn: Call
         raise ModuleFailure("config %s does not exist on this host; stage the rendered YAML first" % config, **base)
     # cwd /: `python -` puts the working directory first on sys.path, and a stray sglang/ or yaml.py
     # there must not stand in for the installed ones.
+    # The unit's environment (SGLang reads some of its defaults from it), only when one is given.
+    extra = dict(environ_update=params["environment"]) if params.get("environment") else {}
     rc, out, err = run_command(command(python, config, params["expect_version"]), data=script_source(),
-                               binary_data=True, cwd="/")
+                               binary_data=True, cwd="/", **extra)
     try:
         result = read_result(rc, out, err, python)
     except CheckerError as exc:

@@ -24,6 +24,17 @@ description:
     C(DFLASHX) parses)."
   - "A key accepted only as an abbreviation of a longer option (argparse prefix matching, for example C(tp) for
     C(tp-size)) is a warning."
+  - "When the parser accepts the config, a second run checks what SGLang 0.5.23 refuses only at START, with SGLang's
+    own code where it runs without a GPU, in the environment of O(environment): C(_handle_dflash) of
+    C(sglang/srt/arg_groups/speculative_hook.py) (rules V(dflash-pp-size), V(dflash-draft-path),
+    V(dflash-block-size), V(dflash-draft-window)); C(parse_dflash_draft_config) on the drafter's C(config.json)
+    (V(dflash-draft-config)); and the context length (V(context-length): C(context-length) above the target's,
+    V(draft-context-length): the target's context length above the drafter's C(max_position_embeddings) or its
+    model type's default), refused unless C(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN) is true in O(environment)."
+  - "Each refusal names the rule, the option(s) and the fix. What cannot run on a CPU is mirrored and pinned to the
+    0.5.23 source by the collection's tests (the device a GPU host resolves, the drafter's block size when no
+    C(speculative-num-draft-tokens) is set, and the context-length comparison of C(ModelConfig)). A rule that needs
+    a model directory or C(transformers) this host lacks is listed in RV(start.skipped), never passed in silence."
   - Nothing is started and no GPU is needed. Option names are never assumed; they come from the installed SGLang.
   - Never reports a change.
 author:
@@ -54,6 +65,18 @@ options:
   expect_version:
     description: Fail unless the SGLang that O(python) imports has exactly this C(__version__), for example V(0.5.23).
     type: str
+  environment:
+    description:
+      - The server unit's environment (the C(sglang) role passes C(sglang_environment)), applied to both checks:
+        SGLang reads some start-time switches from it, C(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN) among them.
+      - "Names and values as the unit's C(EnvironmentFile) takes them: a null value drops the variable; a list,
+        a dict, a line break or a name that is not a variable name fails, naming it."
+      - "Values never appear in the output: the invocation shows the names only, and the values of secret-looking
+        names (C(HF_TOKEN), C(*_API_KEY), C(*PASSWORD*)) are masked wherever they would appear. The option is not
+        C(no_log) as a whole because Ansible would then mask every occurrence of short values such as V(1) in the
+        whole result (version numbers, SGLang's messages)."
+    type: dict
+    default: {}
 seealso:
   - name: sglang_preflight documentation
     description: What is checked, how, and the messages.
@@ -72,6 +95,14 @@ EXAMPLES = r"""
     python: /opt/sglang/0.5.23/bin/python
     expect_version: 0.5.23
   register: preflight
+
+- name: Validate it in the unit's environment (DFlash drafter shorter than the context length)
+  gpufleet.llm.sglang_preflight:
+    config: /var/lib/sglang/staging/kimi.yaml
+    python: /opt/sglang/0.5.23/bin/python
+    environment:
+      SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN: "1"
+      NCCL_DEBUG: WARN
 
 - name: Show what SGLang will run with
   ansible.builtin.debug:
@@ -120,21 +151,60 @@ notices:
   returned: always
   type: list
   elements: str
+environment:
+  description: The names (never the values) of the O(environment) variables both checks ran with.
+  returned: when the parser accepts the config
+  type: list
+  elements: str
+  sample: ["NCCL_DEBUG", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"]
+start:
+  description: The start-time check, run when the parser accepts the config.
+  returned: when the parser accepts the config
+  type: dict
+  contains:
+    checked:
+      description: The rules SGLang's code was run for and passed (or refused, then named in RV(problems)).
+      type: list
+      elements: str
+      sample: ["dflash-draft-config", "dflash-pp-size", "dflash-draft-path", "dflash-block-size",
+               "dflash-draft-window", "context-length", "draft-context-length"]
+    skipped:
+      description: Rules that could not be checked on this host, each with the reason.
+      type: list
+      elements: str
+    resolved:
+      description:
+        - What SGLang resolved on the way, for example C(max-running-requests) (DFlash sets 48 when unset),
+          C(speculative-num-draft-tokens), and for the context rules the wanted and the model's length.
+      type: dict
+      sample: {"max-running-requests": 48, "speculative-num-draft-tokens": 16,
+               "draft-context-length": {"wanted": 131072, "model": 262144}}
+    error:
+      description: Why the start-time check could not run (also a notice), or null.
+      type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_check
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_check, _sglang_start_check
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._secrets import MASK
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=_sglang_check.argument_spec(), supports_check_mode=True)
+    # no_log=True only keeps the invocation out of the host's journal: environment values must not
+    # land there. The result is not affected.
+    module = AnsibleModule(argument_spec=_sglang_check.argument_spec(), supports_check_mode=True, no_log=True)
+    raw = module.params["environment"] or {}
+    # The invocation Ansible would echo holds the environment's values: names only.
+    invocation = dict(module_args=dict(module.params, environment=dict((str(k), MASK) for k in raw)))
+    named = dict((str(k), str(v)) for k, v in raw.items() if v is not None)
+    module.no_log_values.update(_sglang_start_check.secret_values(named))
     try:
-        result = _sglang_check.run(module.params, run_command=module.run_command, warn=module.warn)
+        result = _sglang_start_check.run(module.params, run_command=module.run_command, warn=module.warn)
     except ModuleFailure as exc:
-        module.fail_json(**exc.fail_kwargs())
-    module.exit_json(**result)
+        module.fail_json(invocation=invocation, **exc.fail_kwargs())
+    module.exit_json(invocation=invocation, **result)
 
 
 if __name__ == "__main__":

@@ -82,3 +82,48 @@ def test_python_without_sglang(capsys, tmp_path):
     assert res["_rc"] == 1
     assert "SGLang is not importable with python %s" % sys.executable in res["msg"]
     assert "No module named 'sglang'" in res["import_error"]
+
+
+# --- issue 11 item 2: SGLang's start-time rules, with the unit's environment ----------------------
+
+HF_TOKEN = "hf_gpufleet-test-NOT-A-SECRET-777"
+
+
+def test_start_rules_with_and_without_the_environment(capsys, tmp_path, sglang_python):
+    # The drafter's max_position_embeddings (4096) is below the context length (131072): SGLang
+    # refuses at start unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 is in its environment.
+    from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import test_sglang_start_check as t
+
+    target, draft = t.models(tmp_path / "models", drafter_len=4096)
+    config = cfg.write(str(tmp_path), "kimi", t.config_text(target, draft))
+    res = run(capsys, {"config": config, "python": sglang_python, "environment": {"NCCL_DEBUG": "WARN"}})
+    assert res["_rc"] == 1 and res["ok"] is False
+    assert "draft-context-length (context-length, speculative-draft-model-path): SGLang 0.5.23 refuses to start" \
+        in res["msg"]
+    assert "set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in res["msg"]
+    env = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1", "HF_TOKEN": HF_TOKEN, "NCCL_DEBUG": "WARN"}
+    with_env = run_module(sglang_preflight.main, capsys, {"config": config, "python": sglang_python,
+                                                          "environment": env}, forbidden=HF_TOKEN)
+    assert with_env["_rc"] == 0, with_env.get("msg")
+    assert with_env["ok"] and with_env["problems"] == [] and "draft-context-length" in with_env["start"]["checked"]
+    assert with_env["environment"] == sorted(env)
+    # Values never shown, not even the harmless ones: the invocation carries the names only.
+    assert with_env["invocation"]["module_args"]["environment"] == dict((k, "********") for k in env)
+
+
+@pytest.mark.parametrize("option,rule", [
+    ("pp-size: 2", "dflash-pp-size (pp-size)"),
+    ("speculative-dflash-block-size: 8", "dflash-block-size (speculative-dflash-block-size, speculative-num-draft-tokens)"),
+    ("speculative-draft-window-size: 8", "dflash-draft-window (speculative-draft-window-size, speculative-num-draft-tokens)"),
+])
+def test_start_rule_refused_by_name(capsys, tmp_path, sglang_python, option, rule):
+    res = run(capsys, {"config": cfg.write(str(tmp_path), "kimi", cfg.GOOD + option + "\n"), "python": sglang_python},
+              check_mode=True)
+    assert res["_rc"] == 1 and res["changed"] is False
+    assert "SGLang 0.5.23 rejects" in res["msg"] and rule + ": SGLang 0.5.23 refuses to start" in res["msg"], res["msg"]
+
+
+def test_bad_environment_name(capsys, tmp_path, sglang_python):
+    res = run(capsys, {"config": cfg.write(str(tmp_path), "kimi", cfg.GOOD), "python": sglang_python,
+                       "environment": {"NOT-A-NAME": "x"}})
+    assert res["_rc"] == 1 and res["msg"].startswith("environment: ") and "NOT-A-NAME" in res["msg"]

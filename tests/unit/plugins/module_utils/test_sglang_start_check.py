@@ -1,0 +1,296 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""_sglang_start_check: SGLang 0.5.23's start-time rules, run with the REAL SGLang of the lab's venv.
+
+The script runs as a subprocess of that venv (sglang_env.py), fed on stdin with the environment
+applied, exactly as the module runs it on a host. The models are config.json files written here:
+the target in the Kimi K2.6 layout (kimi_k25, text_config with a yarn rope), the drafter a DFlash
+draft (qwen3, block_size, dflash_config). The mirrored rules are pinned to the SGLang source (PINS).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_check
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_start_check as st
+from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import sglang_configs as cfg
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
+    SGLANG_VERSION, sglang_python)
+
+ALLOW = {st.ALLOW_LONGER: "1"}
+
+
+def models(root, *, drafter_len=262144, target_len=262144, block=16, **drafter):
+    """Target and drafter directories with a config.json each; ``drafter`` overrides draft keys (None drops)."""
+    target = os.path.join(str(root), "Kimi-K2.6")
+    draft = os.path.join(str(root), "Kimi-K2.6-DFlash")
+    text = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2", "num_hidden_layers": 61,
+            "max_position_embeddings": target_len,
+            "rope_scaling": {"factor": 64.0, "original_max_position_embeddings": 4096, "type": "yarn"}}
+    draft_cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": block,
+                 "dflash_config": {"mask_token_id": 163838, "target_layer_ids": [1, 12, 24]},
+                 "num_hidden_layers": 5, "num_target_layers": 61, "max_position_embeddings": drafter_len}
+    for key, value in drafter.items():
+        if value is None:
+            draft_cfg.pop(key, None)
+        else:
+            draft_cfg[key] = value
+    for path, data in ((target, {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+                                 "text_config": text}), (draft, draft_cfg)):
+        os.makedirs(path)
+        with open(os.path.join(path, "config.json"), "w") as handle:
+            json.dump(data, handle)
+    return target, draft
+
+
+def config_text(target, draft, **options):
+    """The sglang role's DFlash config for these models; ``options`` add (or with None drop) keys."""
+    lines = dict([("model-path", target), ("speculative-algorithm", "DFLASH"), ("speculative-draft-model-path", draft),
+                  ("speculative-num-draft-tokens", 16), ("tp-size", 8), ("context-length", 131072),
+                  ("api-key", cfg.API_KEY)])
+    for key, value in options.items():
+        key = key.replace("_", "-")
+        if value is None:
+            lines.pop(key, None)
+        else:
+            lines[key] = value
+    return "".join("%s: %s\n" % (k, v) for k, v in lines.items())
+
+
+def run_start(python, config, env=None):
+    environ = dict((k, v) for k, v in os.environ.items() if not k.startswith("SGLANG_"))
+    environ.update(env or {})
+    proc = subprocess.run(st.command(python, config), input=st.script_source(), env=environ, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, cwd="/", timeout=300, check=False)
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert cfg.API_KEY not in out + err
+    return _sglang_check.read_result(proc.returncode, out, err, python, marker=st.RESULT_MARKER)
+
+
+def start(sglang_python, tmp_path, env=None, models_kw=None, **options):
+    target, draft = models(tmp_path / "models", **(models_kw or {}))
+    text = config_text(target, draft, **options)
+    return run_start(sglang_python, cfg.write(str(tmp_path), "kimi", text), env)
+
+
+def problem(result, rule):
+    """The one problem of ``rule``; every other rule passed."""
+    assert result["error"] is None, result["error"]
+    assert [p.split(" ", 1)[0] for p in result["problems"]] == [rule], result["problems"]
+    return result["problems"][0]
+
+
+# --- SGLang's own rules, by name -------------------------------------------------------------
+
+def test_good_config_passes_every_rule(sglang_python, tmp_path):
+    result = start(sglang_python, tmp_path)
+    assert result["error"] is None and result["problems"] == [] and result["skipped"] == []
+    assert sorted(result["checked"]) == sorted(["dflash-draft-config", "dflash-pp-size", "dflash-draft-path",
+                                                "dflash-block-size", "dflash-draft-window", "context-length",
+                                                "draft-context-length"])
+    resolved = result["resolved"]
+    # SGLang's own answers: the yarn factor is ignored when original_max_position_embeddings is set;
+    # DFlash caps max-running-requests at 48 when it is unset.
+    assert resolved["context-length"] == {"wanted": 131072, "model": 262144}
+    assert resolved["draft-context-length"] == {"wanted": 131072, "model": 262144}
+    assert resolved["max-running-requests"] == 48 and resolved["speculative-num-draft-tokens"] == 16
+    assert resolved["dflash-draft-block-size"] == 16
+
+
+def test_dflash_pp_size(sglang_python, tmp_path):
+    text = problem(start(sglang_python, tmp_path, pp_size=2), "dflash-pp-size")
+    assert "(pp-size)" in text and "only supports pp_size == 1" in text and "set pp-size to 1" in text
+
+
+def test_dflash_missing_draft_path(sglang_python, tmp_path):
+    result = start(sglang_python, tmp_path, speculative_draft_model_path=None)
+    text = problem(result, "dflash-draft-path")
+    assert "requires setting --speculative-draft-model-path" in text and "sglang_drafter_model" in text
+
+
+def test_dflash_block_size_differs(sglang_python, tmp_path):
+    text = problem(start(sglang_python, tmp_path, speculative_dflash_block_size=8), "dflash-block-size")
+    assert "speculative_num_draft_tokens=16, speculative_dflash_block_size=8" in text
+    assert "set speculative-num-draft-tokens equal to speculative-dflash-block-size" in text
+
+
+def test_dflash_window_smaller_than_block(sglang_python, tmp_path):
+    text = problem(start(sglang_python, tmp_path, speculative_draft_window_size=8), "dflash-draft-window")
+    assert "window_size=8, block_size=16" in text and "raise speculative-draft-window-size" in text
+
+
+def test_block_comes_from_the_drafters_config(sglang_python, tmp_path):
+    # num-draft-tokens unset: SGLang takes the block from the drafter through parse_dflash_draft_config.
+    result = start(sglang_python, tmp_path, models_kw=dict(block=8), speculative_num_draft_tokens=None,
+                   speculative_draft_window_size=4)
+    assert "window_size=4, block_size=8" in problem(result, "dflash-draft-window")
+    result = start(sglang_python, tmp_path / "b", models_kw=dict(block=8), speculative_num_draft_tokens=None)
+    assert result["problems"] == [] and result["resolved"]["speculative-num-draft-tokens"] == 8
+
+
+@pytest.mark.parametrize("drafter,says", [
+    (dict(block_size=0), "DFLASH block_size must be positive, got 0"),
+    (dict(num_hidden_layers=None), "DFLASH requires draft num_hidden_layers in config"),
+    (dict(dflash_config={"target_layer_ids": "1,2"}), "target_layer_ids must be a list of ints"),
+])
+def test_drafter_config_read_by_sglangs_parser(sglang_python, tmp_path, drafter, says):
+    text = problem(start(sglang_python, tmp_path, models_kw=drafter), "dflash-draft-config")
+    assert says in text and "Kimi-K2.6-DFlash/config.json" in text
+
+
+def test_drafter_shorter_than_the_context_needs_the_variable(sglang_python, tmp_path):
+    kw = dict(drafter_len=4096)
+    text = problem(start(sglang_python, tmp_path, models_kw=kw), "draft-context-length")
+    assert "context length 131072 is above the 4096 it derives for the drafter" in text
+    assert "set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in the unit's environment" in text
+    assert "lower context-length to 4096" in text
+    allowed = start(sglang_python, tmp_path / "b", env=ALLOW, models_kw=kw)
+    assert allowed["problems"] == [] and allowed["resolved"]["draft-context-length"]["model"] == 4096
+    # SGLang's own parser of the variable: 0 is false.
+    refused = start(sglang_python, tmp_path / "c", env={st.ALLOW_LONGER: "0"}, models_kw=kw)
+    problem(refused, "draft-context-length")
+
+
+def test_without_context_length_the_target_length_is_the_drafters_bar(sglang_python, tmp_path):
+    result = start(sglang_python, tmp_path, models_kw=dict(drafter_len=32768), context_length=None)
+    assert "context length 262144 is above the 32768" in problem(result, "draft-context-length")
+
+
+def test_context_length_above_the_target(sglang_python, tmp_path):
+    result = start(sglang_python, tmp_path, models_kw=dict(drafter_len=10 ** 6), context_length=524288)
+    text = problem(result, "context-length")
+    assert "524288 is above the 262144 it derives for the target" in text
+    assert start(sglang_python, tmp_path / "b", env=ALLOW, models_kw=dict(drafter_len=10 ** 6),
+                 context_length=524288)["problems"] == []
+
+
+def test_model_type_default_needs_transformers(sglang_python, tmp_path):
+    # The lab's CPU-only SGLang has no transformers: the drafter's model-type default is unknown,
+    # so the rule is skipped and says why (it never passes in silence).
+    result = start(sglang_python, tmp_path, models_kw=dict(max_position_embeddings=None))
+    assert result["problems"] == [] and "draft-context-length" not in result["checked"]
+    assert any(s.startswith("draft-context-length:") and "needs transformers" in s for s in result["skipped"])
+
+
+def test_models_not_on_this_host_are_skipped(sglang_python, tmp_path):
+    result = run_start(sglang_python, cfg.write(str(tmp_path), "good", cfg.GOOD))
+    assert result["problems"] == [] and result["error"] is None
+    assert "dflash-pp-size" in result["checked"] and "context-length" not in result["checked"]
+    assert any(s.startswith("dflash-draft-config: /srv/models/Kimi-K2.6-DFlash/") for s in result["skipped"])
+
+
+def test_not_dflash_checks_only_the_context(sglang_python, tmp_path):
+    result = start(sglang_python, tmp_path, speculative_algorithm=None, speculative_draft_model_path=None,
+                   speculative_num_draft_tokens=None)
+    assert result["problems"] == [] and result["checked"] == ["context-length"]
+
+
+# --- the mirrors, pinned to the source they were read from -------------------------------------
+
+def sglang_dir(python):
+    out = subprocess.run([python, "-c", "import os, sglang; print(os.path.dirname(sglang.__file__))"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=120, check=True, cwd="/")
+    return out.stdout.decode().strip()
+
+
+def read(directory, relpath):
+    with open(os.path.join(directory, relpath)) as handle:
+        return handle.read()
+
+
+def test_pins_hold_in_the_installed_sglang(sglang_python):
+    assert SGLANG_VERSION == st.PINS_VERSION
+    directory = sglang_dir(sglang_python)
+    missing = [(path, text) for path, text in st.PINS if text not in read(directory, path)]
+    assert missing == [], "SGLang's source no longer has what _sglang_start_check mirrors: %s" % missing
+    # The rules are named from SGLang's messages: each message text is still raised by _handle_dflash.
+    hook = read(directory, "srt/arg_groups/speculative_hook.py")
+    start_at = hook.index("def _handle_dflash(")
+    body = hook[start_at:hook.index("\ndef ", start_at + 1)]
+    assert [rule for rule, _o, text, _f in st.DFLASH_RULES if text not in body] == []
+
+
+def test_pins_fail_on_a_different_rule(tmp_path):
+    # What the pin test does with a SGLang whose rule changed: the text is gone, the pin reports it.
+    path, text = st.PINS[6]
+    changed = tmp_path / "sglang"
+    (changed / os.path.dirname(path)).mkdir(parents=True)
+    (changed / path).write_text("if context_length >= derived_context_len:\n")
+    assert text not in read(str(changed), path)
+
+
+def test_from_source_runs_sglangs_own_function(sglang_python, tmp_path):
+    # get_context_length compiled from the installed file, in SGLang's interpreter.
+    code = ("import os, sys, types, sglang; sys.argv = ['x']; ns = {'__name__': 'x'}; "
+            "exec(compile(open(%r).read().replace('if __name__ != \"__main__\":', 'if False:')"
+            ".replace('if __name__ == \"__main__\":', 'if False:'), 'x', 'exec'), ns); "
+            "f = ns['_from_source'](os.path.dirname(sglang.__file__), ns['SOURCES']['context'], ('get_context_length',))"
+            "['get_context_length']; "
+            "print(f(types.SimpleNamespace(max_position_embeddings=4096, rope_scaling={'factor': 4.0})), "
+            "f(types.SimpleNamespace()))" % st.__file__)
+    out = subprocess.run([sglang_python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300,
+                         check=False, cwd="/")
+    assert out.stdout.decode().split() == ["16384", "2048"], out.stderr.decode()[-2000:]
+
+
+# --- the module's half, no SGLang needed -------------------------------------------------------
+
+def test_environment_is_validated_like_the_env_file():
+    params = dict(config="/c.yaml", python="/py", environment={"NCCL_DEBUG": "WARN", "N": 1, "GONE": None})
+    assert st.environment(params) == {"NCCL_DEBUG": "WARN", "N": "1"}
+    with pytest.raises(ModuleFailure) as exc:
+        st.environment(dict(params, environment={"1BAD": "x"}))
+    assert exc.value.msg.startswith("environment: ") and "'1BAD' is not an environment variable name" in exc.value.msg
+    with pytest.raises(ModuleFailure) as exc:
+        st.environment(dict(params, environment={"X": ["a"]}))
+    assert "must be a string or a number" in exc.value.msg
+
+
+def test_secret_values():
+    assert st.secret_values({"HF_TOKEN": "hf_x", "OPENAI_API_KEY": "sk-1", "NCCL_DEBUG": "WARN", "A_PASSWORD": ""}) \
+        == ["hf_x", "sk-1"]
+
+
+def _scripted(answers, calls):
+    def run_command(argv, data=None, binary_data=False, cwd=None, environ_update=None):
+        calls.append(dict(data=data, environ_update=environ_update))
+        return 0, answers[len(calls) - 1], ""
+    return run_command
+
+
+def _answers(start_answer):
+    parsed = dict(ok=True, version="0.5.23", options={}, problems=[], notices=[], import_error=None)
+    return ["%s%s\n" % (_sglang_check.MARKER, json.dumps(parsed)), "%s%s\n" % (st.RESULT_MARKER, json.dumps(start_answer))]
+
+
+def test_run_applies_the_environment_to_both_checks(tmp_path):
+    config = cfg.write(str(tmp_path), "good", cfg.GOOD)
+    calls, warnings = [], []
+    answer = dict(problems=[], checked=["context-length"], skipped=[], resolved={}, error=None)
+    params = dict(config=config, python=sys.executable, expect_version=None, environment={st.ALLOW_LONGER: 1})
+    result = st.run(params, run_command=_scripted(_answers(answer), calls), warn=warnings.append)
+    assert [c["environ_update"] for c in calls] == [{st.ALLOW_LONGER: "1"}] * 2
+    assert calls[0]["data"] == _sglang_check.script_source() and calls[1]["data"] == st.script_source()
+    assert result["ok"] and result["start"]["checked"] == ["context-length"] and warnings == []
+    assert result["environment"] == [st.ALLOW_LONGER]
+
+
+def test_run_refuses_on_a_start_rule_and_warns_when_it_cannot_check(tmp_path):
+    config = cfg.write(str(tmp_path), "good", cfg.GOOD)
+    params = dict(config=config, python=sys.executable, expect_version=None, environment={})
+    refused = dict(problems=["dflash-pp-size (pp-size): ..."], checked=[], skipped=[], resolved={}, error=None)
+    with pytest.raises(ModuleFailure) as exc:
+        st.run(params, run_command=_scripted(_answers(refused), []), warn=None)
+    assert "1 problem(s): dflash-pp-size (pp-size)" in exc.value.msg and exc.value.fields["ok"] is False
+    warnings = []
+    broken = dict(problems=[], checked=[], skipped=[], resolved={}, error="ImportError: no _handle_dflash")
+    result = st.run(params, run_command=_scripted(_answers(broken), []), warn=warnings.append)
+    assert warnings == ["SGLang 0.5.23's start-time rules were not checked (ImportError: no _handle_dflash)"]
+    assert result["notices"] == warnings and result["start"]["error"]
