@@ -128,7 +128,7 @@ def driver_problem(facts: dict[str, Any]) -> str | None:
             "serving this version, or keep an sglang_version whose torch build this driver runs; sglang_device_check: false "
             "skips this check" % (
                 driver, facts.get("sglang_version") or "?", facts.get("torch") or "?", facts.get("cuda") or "?",
-                minimum, minimum.split(".")[0]))
+                minimum, minimum.split(".", maxsplit=1)[0]))
 
 
 def device_problems(facts: dict[str, Any]) -> list[str]:
