@@ -92,8 +92,8 @@ def verdict(unit: str, first: dict[str, str], now: dict[str, str]) -> str | None
         return "%s failed (%s, Result=%s, NRestarts %d)%s" % (unit, state, now.get("Result", "?"),
                                                               _int(now, "NRestarts"), _exit_text(now))
     if now.get("SubState") == "auto-restart":
-        return "%s crashed: systemd waits to restart it (%s, Result=%s)%s" % (unit, state, now.get("Result", "?"),
-                                                                               _exit_text(now))
+        return "%s crashed: systemd waits to restart it (%s, Result=%s)%s" % (
+            unit, state, now.get("Result", "?"), _exit_text(now))
     if now.get("ActiveState") in ("inactive", "deactivating"):
         return "%s is not running (%s): nothing will answer" % (unit, state)
     grew = _int(now, "NRestarts") - _int(first, "NRestarts")

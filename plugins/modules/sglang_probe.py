@@ -211,10 +211,10 @@ speculative_algorithm:
   type: str
   sample: DFLASH
 accept_length:
-  description: C(internal_states[0].avg_spec_accept_length) from C(/server_info) (read after the smoke request),
+  description: "C(internal_states[0].avg_spec_accept_length) from C(/server_info) (read after the smoke request),
     reported, not judged (see RV(accept_sample)); read again after the sample when there is one (SGLang folds it
-    only at decode-log intervals: a fresh server has none before); null on a server without speculative decoding
-    or before the first fold.
+    only at decode-log intervals, so a fresh server has none before); null on a server without speculative decoding
+    or before the first fold."
   returned: success
   type: float
   sample: 3.42
