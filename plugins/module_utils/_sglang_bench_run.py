@@ -75,7 +75,7 @@ def flush_cache(base_url: str, *, api_key: str | None = None, validate_certs: bo
     path = "/flush_cache?timeout=%d" % FLUSH_TIMEOUT
     try:
         status, data = http.call(base_url, path, method="POST", api_key=api_key, timeout=FLUSH_TIMEOUT + 30,
-                                         validate_certs=validate_certs, ca_path=ca_path)
+                                 validate_certs=validate_certs, ca_path=ca_path)
     except http.SGLangHTTPError as exc:
         if exc.status == 200:  # the text answer: flushed
             return None
@@ -85,8 +85,8 @@ def flush_cache(base_url: str, *, api_key: str | None = None, validate_certs: bo
     if status in (404, 405):
         return "%s has no POST /flush_cache (answered %d): the prefix cache was not flushed" % (base_url, status)
     raise bench.BenchError("POST %s/flush_cache answered %d%s: the server did not flush its cache (it refuses while "
-                     "requests are running: is something else sending requests to it?)"
-                     % (base_url, status, _detail(data)))
+                           "requests are running: is something else sending requests to it?)"
+                           % (base_url, status, _detail(data)))
 
 
 def _detail(data: Any) -> str:

@@ -73,7 +73,7 @@ def t_cdf(t: float, df: float) -> float:
 def t_quantile(p: float, df: float) -> float:
     """The ``p`` quantile of Student's t (bisection on t_cdf; 0.975 at df 2 is 4.303)."""
     low, high = -1e3, 1e3
-    for _ in range(200):
+    for _iteration in range(200):
         mid = (low + high) / 2.0
         if t_cdf(mid, df) < p:
             low = mid

@@ -127,7 +127,7 @@ options:
     description:
       - V(chat) sends each prompt as one user message to C(/v1/chat/completions) (the model's chat template
         applies), V(generate) sends it as raw text to C(/generate), V(auto) uses V(chat) when the server's model
-        directory has a chat template and V(generate) otherwise (RV(workload.api_reason) says why).
+        directory has a chat template and V(generate) otherwise (C(workload.api_reason) says why).
     type: str
     choices: [auto, generate, chat]
     default: auto

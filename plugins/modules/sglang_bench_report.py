@@ -16,8 +16,9 @@ description:
     M(gpufleet.llm.sglang_bench) for one host: the speculative run and, when it ran, the baseline run."
   - "Writes into O(dest): C(benchmark-<host>-<timestamp>.json) (the report document, C(schema_version) 2, see
     docs/benchmark.md), C(benchmark-<host>-<timestamp>.md) (a markdown table, one row per run and concurrency
-    level, with the speedup per level and its 95% confidence interval over the repeats when a baseline ran) and two PNG plots of 800x500 pixels: output throughput
-    vs concurrency (spec vs baseline) and a histogram of the per-request accept lengths."
+    level, with the speedup per level and its 95% confidence interval over the repeats when a baseline ran) and
+    two PNG plots of 800x500 pixels: output throughput vs concurrency (spec vs baseline) and a histogram of the
+    per-request accept lengths."
   - The plots are made with matplotlib (Agg backend, no display needed).
   - A report of the lab's SGLang stand-in says in every file that its figures say nothing about GPU performance.
 author:
@@ -88,10 +89,10 @@ files:
            "accept_length_png": "/home/ops/benchmark-reports/benchmark-gpu1-20260101T120000Z-accept-length.png"}
 speedup:
   description:
-    - Per concurrency level in both runs, spec and baseline output throughput and their ratio, with the ratio's
+    - "Per concurrency level in both runs, spec and baseline output throughput and their ratio, with the ratio's
       confidence interval over the repeats (C(speedup_ci_low), C(speedup_ci_high); null with fewer than 2 repeats
       in a run): a Welch t interval on the difference of the mean log throughputs (C(ci_method)
-      V(welch-t-log-ratio)), as the two runs are separate server starts and their repeats are not paired.
+      V(welch-t-log-ratio)), as the two runs are separate server starts and their repeats are not paired."
   returned: always
   type: list
   elements: dict

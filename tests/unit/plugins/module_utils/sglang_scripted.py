@@ -127,10 +127,9 @@ class ScriptedServer:
         events.append({"id": "c", "object": "chat.completion.chunk", "model": "default",
                        "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
         if self.speculative and (body or {}).get("return_spec_tokens_details"):
+            details = {"spec_accept_rate": 0.5, "spec_accept_length": self.tokens / float(steps), "spec_verify_ct": steps}
             events.append({"id": "c", "object": "chat.completion.chunk", "model": "default", "choices": [],
-                           "sglext": {"spec_tokens_details": {"spec_accept_rate": 0.5,
-                                                             "spec_accept_length": self.tokens / float(steps),
-                                                             "spec_verify_ct": steps}}})
+                           "sglext": {"spec_tokens_details": details}})
         if ((body or {}).get("stream_options") or {}).get("include_usage"):
             events.append({"id": "c", "object": "chat.completion.chunk", "model": "default", "choices": [],
                            "usage": {"prompt_tokens": 9, "completion_tokens": self.tokens,
