@@ -28,7 +28,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils import _secrets
 
 RunCommand = Callable[[list], "tuple[int, str, str]"]
 
-PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "NRestarts", "MainPID", "ExecMainPID",
+WATCH_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "NRestarts", "MainPID", "ExecMainPID",
               "ExecMainCode", "ExecMainStatus", "ExecMainStartTimestampMonotonic")
 JOURNAL_LINES = 20
 # A journal line longer than this is cut: a traceback's one long line must not flood the message.
@@ -120,7 +120,7 @@ class UnitWatch(object):
         self.looks = 0
 
     def show(self) -> dict[str, str]:
-        cmd = ["systemctl", "show", "--no-pager", "-p", ",".join(PROPERTIES), self.unit]
+        cmd = ["systemctl", "show", "--no-pager", "-p", ",".join(WATCH_PROPERTIES), self.unit]
         rc, out, err = self.run_command(cmd)
         if rc != 0:
             raise UnitError("systemctl show %s failed (rc %s): %s" % (self.unit, rc, (err or out).strip()[:_LINE_CHARS]))

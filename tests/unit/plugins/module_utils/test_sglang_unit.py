@@ -100,7 +100,7 @@ def _show(name):
 
 def test_parse_show_reads_every_property():
     props = _show("crash-auto-restart")
-    assert set(unit.PROPERTIES) == set(props)
+    assert set(unit.WATCH_PROPERTIES) == set(props)
     assert props["SubState"] == "auto-restart" and props["ExecMainStatus"] == "1"
 
 
