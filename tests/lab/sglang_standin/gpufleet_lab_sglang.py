@@ -776,7 +776,8 @@ class Generation:
     def text(self) -> str:
         return " ".join(VOCAB[i] for i in self.ids)
 
-    def _finish(self) -> None:
+    def close(self) -> None:
+        """Leave the running set (once; later calls do nothing)."""
         if not self._ended:
             self._ended = True
             self.state.end()
@@ -804,10 +805,10 @@ class Generation:
                     break
                 yield
             self.done = True
-            self._finish()
+            self.close()
             yield
         finally:
-            self._finish()
+            self.close()
 
     def meta_info(self) -> dict:
         """meta_info as SGLang's TokenizerManager builds it; e2e_latency and the spec_* figures
@@ -986,16 +987,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if req is None:
             return
         gen = Generation(self.state, req["prompt_tokens"], req["max_new_tokens"])
+        try:
+            self._generate(gen, req["stream"])
+        finally:
+            gen.close()  # a client gone mid-answer still leaves the running set at once
 
+    def _generate(self, gen: Generation, stream: bool) -> None:
         def answer() -> dict:
             return {"text": gen.text, "output_ids": list(gen.ids), "meta_info": gen.meta_info()}
 
-        if req["stream"]:
+        if stream:
             self._sse_start()
         for _step in gen.steps():
-            if req["stream"]:
+            if stream:
                 self._sse(answer())
-        if req["stream"]:
+        if stream:
             self.wfile.write(b"data: [DONE]\n\n")
         else:
             self._json(200, answer())
@@ -1005,21 +1011,27 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if req is None:
             return
         gen = Generation(self.state, req["prompt_tokens"], req["max_new_tokens"])
-        created = int(time.time())
-        head = {"id": gen.rid, "object": "chat.completion.chunk", "created": created, "model": req["model"]}
-        if not req["stream"]:
-            for _step in gen.steps():
-                pass
-            self._json(200, chat_answer(gen, req, created))
-            return
-        self._sse_start()
-        sent = 0
+        try:
+            if req["stream"]:
+                self._chat_stream(gen, req)
+            else:
+                for _step in gen.steps():
+                    pass
+                self._json(200, chat_answer(gen, req, int(time.time())))
+        finally:
+            gen.close()
+
+    def _chat_stream(self, gen: Generation, req: dict) -> None:
+        head = {"id": gen.rid, "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": req["model"]}
 
         def chunk(delta: dict, finish=None) -> dict:
             return {**head, "choices": [{"index": 0, "delta": {"reasoning_content": None, **delta},
                                          "logprobs": None, "finish_reason": finish, "matched_stop": None}]}
 
+        self._sse_start()
         self._sse(chunk({"role": "assistant", "content": ""}))
+        sent = 0
         for _step in gen.steps():
             words = gen.text.split()
             if len(words) > sent:

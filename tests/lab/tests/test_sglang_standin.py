@@ -375,6 +375,15 @@ def test_flush_cache_refused_while_a_request_runs(start, models):
     conn.close()
     assert rest.endswith("data: [DONE]\n\n")
     assert s.request("POST", "/flush_cache?timeout=-1")[0] == 422
+
+    # A client that goes away mid-stream: its request leaves the running set, the flush succeeds.
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=HTTP_TIMEOUT)
+    conn.request("POST", "/generate", body=body.replace("400", "100000"), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.fp.readline().startswith(b"data: ")
+    resp.close()
+    conn.close()
+    assert s.request("POST", "/flush_cache?timeout=600")[:2] == (200, standin.FLUSH_OK)
     assert s.stop() == 0
 
 
