@@ -180,13 +180,14 @@ def sglang() -> dict:
                                    "build_endpoint_weight_version_metadata"), "metadata")
     out_scope = _function(tokenizer, "_handle_batch_output")
     flush = _function(http, "flush_cache")
+    # server_info's own keys (startup_time, internal_states, version, ...) around the spread build_server_info
+    info_keys = {k for node in ast.walk(_function(http, "server_info")) if isinstance(node, ast.Dict)
+                 for k in _dict_keys(node)}
     return {
         "where": src.where,
         "routes": routes(http),
         "server_args": server_args,
-        "server_info": ({k for node in ast.walk(_function(http, "server_info")) if isinstance(node, ast.Dict)
-                           for k in _dict_keys(node)}
-                        | keys_written(_function(common, "build_server_info"), "result") | server_args),
+        "server_info": info_keys | keys_written(_function(common, "build_server_info"), "result") | server_args,
         "internal_states": keys_written(_class(internal, "SchedulerInternalStateController"), "state") | server_args,
         "model_info": keys_written(_function(http, "model_info"), "result"),
         "meta_info": (keys_written(out_scope, "meta_info")
