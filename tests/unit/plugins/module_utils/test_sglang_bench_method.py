@@ -26,6 +26,8 @@ from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_stats as stats
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_scripted import ScriptedServer
+from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noqa: F401 pylint: disable=unused-import
+    standin_factory)
 
 
 @pytest.fixture
@@ -275,3 +277,20 @@ def test_driver_saves_the_per_request_accept_lengths(tmp_path):
     assert "metrics 2" in out.stdout
     assert json.loads(side.read_text()) == [dict(success=True, output_len=10, spec_accept_length=2.5),
                                             dict(success=True, output_len=12, spec_accept_length=3.0)]
+
+
+# --- the same against the lab's stand-in (its chat and flush answers follow SGLang 0.5.23) -----------------
+
+def test_chat_and_flush_against_the_standin(standin_factory, golden, prompts):
+    """The stand-in models timing, not GPUs: what is checked is that the method's requests (flush with
+    its timeout, chat with return_spec_tokens_details and include_usage) are understood end to end."""
+    target, drafter = os.path.join(golden, "target"), os.path.join(golden, "drafter")
+    server = standin_factory(target, drafter=drafter, wait="ready", env={"GPUFLEET_STANDIN_ACCEPT_MEAN": "3.5"})
+    warnings = []
+    res = _run(_params(url=server.url, prompts=prompts, concurrency=[2], num_requests=4, repeats=2,
+                       max_new_tokens=16, api="chat"), warnings)
+    assert not [w for w in warnings if "flush" in w], warnings
+    level = res["levels"][0]
+    assert level["succeeded"] == 8 and level["output_tokens"] == 8 * 16 and len(level["repeats"]) == 2
+    assert all(r["api"] == "chat" and r["spec_verify_ct"] for r in res["records"])
+    assert level["accept_length"] > 1.0 and level["accept_length_source"] == "requests"
