@@ -25,12 +25,13 @@ from __future__ import annotations
 import ast
 import json
 import zipfile
-from pathlib import Path
 
 import pytest
 
 import hosts  # noqa: E402  (tests/lab on sys.path via conftest)
-from test_sglang_standin import models, spec_config, standin, start, stream_events  # noqa: F401
+# models and start are pytest fixtures: imported here, pytest finds them by name.
+from test_sglang_standin import models, start  # noqa: F401  pylint: disable=unused-import
+from test_sglang_standin import spec_config, standin, stream_events
 
 SGLANG_VERSION = "0.5.23"
 SITE = f"opt/sglang/{SGLANG_VERSION}/lib/python3.11/site-packages"
