@@ -15,8 +15,9 @@ This file has two lives:
   ``<python> - <config>`` on stdin, tests run it by path): ``check()`` builds SGLang's own server
   argument parser, merges the YAML with SGLang's own ``ConfigArgumentMerger`` exactly as
   ``sglang.srt.server_args.prepare_server_args`` does, parses, and checks the speculative algorithm
-  against ``SpeculativeAlgorithm``. It stops there: ``prepare_server_args`` would go on to
-  ``ServerArgs.from_cli_args`` / ``__post_init__``, which probe GPUs. Nothing is started.
+  against ``SpeculativeAlgorithm``. It stops there; what SGLang refuses only at start (DFlash
+  rules, the drafter's config, context lengths) is ``_sglang_start_check``'s second run, made when
+  this one passes. Nothing is started.
 
 So the script half may import only the standard library at module level (SGLang and PyYAML are
 imported inside ``check``; the collection's own modules only when this file is imported, not run),
