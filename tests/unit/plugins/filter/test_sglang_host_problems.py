@@ -97,3 +97,41 @@ def test_release_facts_match_the_wheel_metadata(sglang_python):  # noqa: F811 py
         if match:
             name = re.sub(r"[-_.]+", "-", match.group(1)).lower()
             assert pins.get(name) == match.group(2), req
+
+
+def _render_unit(**facts):
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    try:
+        from ansible.template import trust_as_template  # ansible-core >= 2.19: only trusted strings are templated
+    except ImportError:
+        def trust_as_template(text):
+            return text
+    with open(os.path.join(ROOT, "roles", "sglang", "templates", "sglang.service.j2")) as handle:
+        source = handle.read()
+    variables = dict(ansible_managed="managed", sglang_instance="itest", sglang_user="sglang", sglang_group="sglang",
+                     sglang_service={"config": "/etc/sglang/itest.yaml", "env_file": "/etc/sglang/itest.env"},
+                     sglang_python="/opt/sglang/0.5.23/bin/python", sglang_launch_module="sglang.launch_server",
+                     _sglang_target="/srv/models/kimi/abc", _sglang_drafter="", sglang_protect_home=True)
+    variables.update(facts)
+    return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(source)).splitlines()
+
+
+def test_unit_on_a_gpu_host_runs_nvidia_modprobe_and_waits_for_the_fabric_manager():
+    lines = _render_unit(_sglang_fabricmanager=True, _sglang_nvidia_modprobe="/usr/bin/nvidia-modprobe",
+                         sglang_protect_home=False)
+    assert "ExecStartPre=+/usr/bin/nvidia-modprobe -u -c0" in lines
+    exec_start = [number for number, line in enumerate(lines) if line.startswith("ExecStart=")]
+    assert lines.index("ExecStartPre=+/usr/bin/nvidia-modprobe -u -c0") < exec_start[0]
+    assert lines.index("After=nvidia-fabricmanager.service") < lines.index("[Service]")
+    assert "Wants=nvidia-fabricmanager.service" in lines
+    assert "ProtectHome=read-only" in lines and "ProtectHome=yes" not in lines
+    assert "NoNewPrivileges=yes" in lines
+
+
+def test_unit_without_those_facts_keeps_the_sandbox_and_sets_the_compose_stack_limit():
+    lines = _render_unit()
+    assert not [line for line in lines if line.startswith("ExecStartPre") or "fabricmanager" in line]
+    assert "ProtectHome=yes" in lines
+    # SGLang's docker/compose.yaml: "ulimits: memlock: -1, stack: 67108864".
+    assert "LimitSTACK=67108864" in lines and "LimitMEMLOCK=infinity" in lines
