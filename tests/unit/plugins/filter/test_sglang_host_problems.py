@@ -14,6 +14,14 @@ import pytest
 import yaml
 
 from ansible.errors import AnsibleFilterError
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
+
+try:
+    from ansible.template import trust_as_template  # ansible-core >= 2.19: only trusted strings are templated
+except ImportError:
+    def trust_as_template(text):
+        return text
 
 from ansible_collections.gpufleet.llm.plugins.filter.sglang_host_problems import FilterModule, sglang_host_problems
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
@@ -100,13 +108,6 @@ def test_release_facts_match_the_wheel_metadata(sglang_python):  # noqa: F811 py
 
 
 def _render_unit(**facts):
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar
-    try:
-        from ansible.template import trust_as_template  # ansible-core >= 2.19: only trusted strings are templated
-    except ImportError:
-        def trust_as_template(text):
-            return text
     with open(os.path.join(ROOT, "roles", "sglang", "templates", "sglang.service.j2")) as handle:
         source = handle.read()
     variables = dict(ansible_managed="managed", sglang_instance="itest", sglang_user="sglang", sglang_group="sglang",
