@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang_unit import check_name, parse_show
 
 PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "ExecMainPID", "ExecMainStartTimestamp",
               "ExecMainStartTimestampMonotonic", "NeedDaemonReload")
@@ -41,16 +42,6 @@ def argument_spec() -> dict[str, dict[str, Any]]:
             previous=dict(type="path"),
         )),
     )
-
-
-def parse_show(text: str) -> dict[str, str]:
-    """``systemctl show`` output (``Key=value`` lines) as a dict."""
-    props = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            props[key.strip()] = value.strip()
-    return props
 
 
 def started_ns(props: dict[str, str], *, now_ns: int, monotonic_now_ns: int) -> int | None:
@@ -136,6 +127,9 @@ def show(module: Any, unit: str) -> dict[str, str]:
 
 def run(module: Any, params: dict[str, Any]) -> dict[str, Any]:
     """The module's result: the verdict and, for each stale file, the previous version kept beside it."""
+    problem = check_name(params["unit"])
+    if problem:
+        raise ModuleFailure(problem)
     props = show(module, params["unit"])
     files = params["files"] or []
     mtimes = dict((f["path"], _mtime_ns(f["path"])) for f in files)

@@ -12,18 +12,8 @@ import stat
 import pytest
 
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_stale
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.test_sglang_stale_verdict import SHOW, START_NS
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
-
-START_NS = 1796319032309127000  # 2026-12-03T17:30:32.309127Z
-SHOW = """MainPID=4242
-ExecMainStartTimestamp=Thu 2026-12-03 17:30:32.309127 UTC
-ExecMainStartTimestampMonotonic=34857561621
-ExecMainPID=4242
-LoadState=loaded
-ActiveState=active
-SubState=running
-NeedDaemonReload=no
-"""
 
 
 @pytest.fixture
@@ -93,3 +83,9 @@ def test_systemctl_failure_is_named(capsys, tmp_path, systemctl):
     res = run_module(sglang_stale.main, capsys, dict(unit="u.service"))
     assert res["failed"] and res["_rc"] == 1
     assert "systemctl show u.service failed (rc=1): Failed to connect to bus" in res["msg"]
+
+
+def test_bad_unit_name(capsys, tmp_path, systemctl):
+    calls = systemctl("exit 0")
+    res = run_module(sglang_stale.main, capsys, dict(unit="--all"))
+    assert res["failed"] and "is not a systemd unit name" in res["msg"] and not calls.exists()
