@@ -135,6 +135,7 @@ echo "   the deploy repairs gpu2 (hf_snapshot re-fetches the damaged shard) and 
 ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.deploy -e "$ARGS" -e itest_revision=main > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
 ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e itest_serving=current >/dev/null
 S5=$(state)
+# shellcheck disable=SC2034  # read by scenario_crashloop.sh
 CUR=(-e "$ARGS" -e itest_revision=main)
 
 echo "== 8. a probe that fails after the restart: rollback to the previous config, old server answers"
