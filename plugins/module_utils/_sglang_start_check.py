@@ -340,7 +340,9 @@ class _Start(object):
         target = self.derived(cfg.model_path, "context-length")
         asked = cfg.context_length
         if asked is not None and target is not None:
-            self.longer("context-length", "context-length", asked, target, "the target %s" % cfg.model_path, envs)
+            # SGLang stops at the target's refusal; the drafter's would repeat it.
+            if not self.longer("context-length", "context-length", asked, target, "the target %s" % cfg.model_path, envs):
+                return
         if not draft:
             return
         target_len = asked if asked is not None else target
@@ -349,20 +351,22 @@ class _Start(object):
             self.longer("draft-context-length", "context-length, speculative-draft-model-path", target_len, drafter,
                         "the drafter %s" % cfg.speculative_draft_model_path, envs)
 
-    def longer(self, rule: str, options: str, wanted: int, derived: int, model: str, envs: Any) -> None:
+    def longer(self, rule: str, options: str, wanted: int, derived: int, model: str, envs: Any) -> bool:
+        """Whether SGLang starts with ``wanted`` positions on a model that derives ``derived``."""
         self.checked.append(rule)
         self.resolved[rule] = dict(wanted=wanted, model=derived)
         if wanted <= derived:
-            return
+            return True
         try:
             allowed = envs.SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN.get() or _in_ci()
         except ValueError as exc:
             self.refuse(rule, "environment " + ALLOW_LONGER, exc, "set %s to 1 or 0" % ALLOW_LONGER)
-            return
+            return False
         if not allowed:
             self.refuse(rule, options, "context length %d is above the %d it derives for %s" % (wanted, derived, model),
-                "set %s=1 in the unit's environment (sglang_environment) as the drafter's authors do, or lower "
-                "context-length to %d" % (ALLOW_LONGER, derived))
+                        "set %s=1 in the unit's environment (sglang_environment) as the drafter's authors do, or lower "
+                        "context-length to %d" % (ALLOW_LONGER, derived))
+        return bool(allowed)
 
 
 def _in_ci() -> bool:
