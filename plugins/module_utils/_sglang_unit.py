@@ -29,7 +29,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils import _secrets
 RunCommand = Callable[[list], "tuple[int, str, str]"]
 
 WATCH_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "NRestarts", "MainPID", "ExecMainPID",
-              "ExecMainCode", "ExecMainStatus", "ExecMainStartTimestampMonotonic")
+                    "ExecMainCode", "ExecMainStatus", "ExecMainStartTimestampMonotonic")
 JOURNAL_LINES = 20
 # A journal line longer than this is cut: a traceback's one long line must not flood the message.
 _LINE_CHARS = 400
