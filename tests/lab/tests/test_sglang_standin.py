@@ -363,22 +363,25 @@ def test_flush_cache_refused_while_a_request_runs(start, models):
     s = start({"model-path": str(models["target"])})
     s.wait_ready()
     conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=HTTP_TIMEOUT)
-    body = json.dumps({"text": "x", "stream": True, "sampling_params": {"max_new_tokens": 400}})
+    # 100000 tokens: the request cannot finish on its own while the test runs (steps are 1 ms here).
+    body = json.dumps({"text": "x", "stream": True, "sampling_params": {"max_new_tokens": 100000}})
     conn.request("POST", "/generate", body=body, headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
     assert resp.status == 200
     assert resp.fp.readline().startswith(b"data: ")  # the request is decoding now
     assert s.request("POST", "/flush_cache")[:2] == (400, "Flush cache failed.\n")
-    # With a timeout SGLang waits for the server to go idle, then flushes.
-    assert s.request("POST", "/flush_cache?timeout=600")[:2] == (200, standin.FLUSH_OK)
-    rest = resp.read().decode()
-    conn.close()
-    assert rest.endswith("data: [DONE]\n\n")
+    # With a timeout SGLang waits for the server to go idle, then flushes: the client going away is the event
+    # that makes it idle.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        flush = pool.submit(s.request, "POST", "/flush_cache?timeout=600")
+        resp.close()
+        conn.close()
+        assert flush.result()[:2] == (200, standin.FLUSH_OK)
     assert s.request("POST", "/flush_cache?timeout=-1")[0] == 422
 
     # A client that goes away mid-stream: its request leaves the running set, the flush succeeds.
     conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=HTTP_TIMEOUT)
-    conn.request("POST", "/generate", body=body.replace("400", "100000"), headers={"Content-Type": "application/json"})
+    conn.request("POST", "/generate", body=body, headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
     assert resp.fp.readline().startswith(b"data: ")
     resp.close()
