@@ -131,7 +131,9 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._failure import Modul
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=_sglang_config.argument_spec(), supports_check_mode=True)
+    # no_log: Ansible logs a module's arguments to the host's journal before the module runs, and the
+    # options may hold an environment's HF_TOKEN (the secret-looking values are masked only from here on).
+    module = AnsibleModule(argument_spec=_sglang_config.argument_spec(), supports_check_mode=True, no_log=True)
     # A secret-looking name given in options (HF_TOKEN in an environment) is kept out of the invocation
     # and every other output, as the secrets option is.
     module.no_log_values.update(_sglang_config.secret_option_values(module.params))

@@ -97,7 +97,7 @@ for h in gpu1 gpu2; do
     [ "$(field $h 2 <<<"$S3")" != "$(field $h 2 <<<"$S2")" ] || { echo "$h: not restarted" >&2; exit 1; }
     [ "$(field $h 4 <<<"$S3")" = 0 ] || { echo "$h: systemd restarted it on failure" >&2; exit 1; }
     since=$(field $h 3 <<<"$S2")
-    stops=$(on "$h" "journalctl -u sglang-itest.service --since $since --no-pager | grep -c 'standin: stopped' || true" | field "$h" 2)
+    stops=$(on "$h" "journalctl -u sglang-itest.service --since @$(( ${since#@} + 1 )) --no-pager | grep -c 'standin: stopped' || true" | field "$h" 2)
     [ "$stops" = 1 ] || { echo "$h: $stops stops since the previous start (expected exactly 1)" >&2; exit 1; }
 done
 ARGS='{"itest_args": {"chunked_prefill_size": 4096}}'

@@ -60,7 +60,7 @@ for h in gpu1 gpu2; do
     [ "$(field $h 4 <<<"$ST2")" = 0 ] || { echo "$h: systemd restarted it on failure" >&2; exit 1; }
     [ "$(field $h 5 <<<"$ST2")" = "$(field $h 5 <<<"$ST1")" ] || { echo "$h: the files changed again" >&2; exit 1; }
     since=$(field $h 3 <<<"$ST1")
-    stops=$(on "$h" "journalctl -u sglang-itest.service --since $since --no-pager | grep -c 'standin: stopped' || true" | field "$h" 2)
+    stops=$(on "$h" "journalctl -u sglang-itest.service --since @$(( ${since#@} + 1 )) --no-pager | grep -c 'standin: stopped' || true" | field "$h" 2)
     [ "$stops" = 1 ] || { echo "$h: $stops stops since the stale server's start (expected exactly 1)" >&2; exit 1; }
 done
 ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e itest_serving=current >/dev/null

@@ -72,3 +72,15 @@ def test_bad_environment(capsys, tmp_path, options, words):
 def test_missing_directory_still_fails_outside_check_mode(capsys, tmp_path):
     res = run(capsys, dict(path=str(tmp_path / "none" / "a.env"), format="env", options={}))
     assert res["failed"] and "does not exist: create it first" in res["msg"]
+
+
+def test_secret_never_reaches_the_hosts_journal(capsys, tmp_path, monkeypatch):
+    # Ansible logs a module's invocation to the host's journal/syslog before main() can mask anything:
+    # with an HF_TOKEN in the options that line held the token.
+    from ansible.module_utils import basic
+
+    logged = []
+    monkeypatch.setattr(basic.AnsibleModule, "log", lambda self, msg, log_args=None: logged.append(msg))
+    res = run(capsys, dict(path=str(tmp_path / "a.env"), format="env", options=ENV, mode="0640"))
+    assert res["changed"]
+    assert not any(TOKEN in m for m in logged)

@@ -66,8 +66,11 @@ def test_old_systemd_without_timestamp_option(capsys, tmp_path, systemctl):
     calls = systemctl('case "$*" in *--timestamp*) echo "unknown option" >&2; exit 1;; esac\n'
                       "printf 'MainPID=7\\nExecMainPID=7\\nExecMainStartTimestamp=Thu 2026-12-03 17:30:32 UTC\\n"
                       "ExecMainStartTimestampMonotonic=1\\nActiveState=active\\nNeedDaemonReload=no\\n'")
-    res = run_module(sglang_stale.main, capsys, dict(unit="u.service", files=[]))
-    assert res["_rc"] == 0 and res["running"] and not res["stale"]
+    conf = tmp_path / "u.yaml"
+    conf.write_text("port: 1")  # written now: after the start systemd's monotonic stamp gives
+    res = run_module(sglang_stale.main, capsys, dict(unit="u.service", files=[dict(path=str(conf), previous=None)]))
+    assert res["_rc"] == 0 and res["running"]
+    assert res["stale"] and res["stale_files"] == [str(conf)]
     assert len(calls.read_text().splitlines()) == 2
 
 
