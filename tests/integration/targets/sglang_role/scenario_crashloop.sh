@@ -2,7 +2,8 @@
 # Sourced by runme.sh after step 8 (or after the first deploy with SGLANG_ROLE_ONLY=crashloop).
 # Issue 11 items 3 and 5: a new server that crash-loops for real is rolled back long before
 # sglang_ready_timeout, and the rollback probes the previous server where it listens.
-# A blocker holds port 30112 on every lab host; the deploy moves the server there. The stand-in
+# A blocker holds port 30112 on every lab host; the deploy moves the server there, one host per batch:
+# gpu1's batch fails and ends the play, so gpu2 is never moved (its journal figure is "-"). The stand-in
 # exits 1 on "cannot listen" (as SGLang fails on a taken port), systemd schedules a restart
 # (Restart=on-failure), the probe reads the unit and fails at once, rollback.yml restores the
 # config (port 30111) and probes http://127.0.0.1:30111, not the new address.
