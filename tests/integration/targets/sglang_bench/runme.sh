@@ -96,7 +96,8 @@ assert doc["runs"]["spec"]["server"]["speculative"] is True
 echo "== 3. the baseline workload fails midway: restored, play fails"
 # 64 new tokens: a speculative request takes ~0.45 s (about 18 steps of 24 ms), a baseline one
 # 1.3 s (64 steps of 20 ms): a 0.9 s request_timeout passes the first and fails the second.
-out=$(ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.benchmark -e sglang_bench_baseline=true \
+# No warm-up: the baseline must fail in its measured requests (partial results carried), not in a warm-up.
+out=$(ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.benchmark -e sglang_bench_baseline=true -e sglang_bench_warmup_requests=0 \
       -e sglang_bench_max_new_tokens=64 -e sglang_bench_request_timeout=0.9 -e "sglang_bench_report_dir=$REPORTS/midway" 2>&1) \
     && { echo "$out"; echo "the play passed although the baseline workload failed" >&2; exit 1; }
 printf '%s' "$out" | grep -q "The baseline benchmark failed and the server was restored" \
