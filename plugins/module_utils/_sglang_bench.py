@@ -19,7 +19,8 @@ Standard library only, no Ansible imports (the module runs this on the GPU host)
   latency and TTFT, and the level's accept length as total tokens / total verify steps of its
   requests (a mean of per-request ratios would weigh a 3-token request like a 300-token one). The
   server's ``/server_info`` ``avg_spec_accept_length`` is kept as information only: SGLang 0.5.23
-  averages it over the server's lifetime and refreshes it at decode-log intervals.
+  averages it over what the server decoded since the last ``/flush_cache`` (which resets its metrics),
+  folded in at decode-log intervals.
 * ``speedup()``: per level, the ratio of the arms' throughputs and its confidence interval over
   the repeats (_sglang_bench_stats says which interval and why).
 
@@ -429,7 +430,7 @@ def aggregate(records: list[dict], wall: float, concurrency: int, server_after: 
         accept_length=accept,
         accept_length_source="requests" if verify_steps else None,
         verify_steps=verify_steps,
-        # Information only: SGLang's lifetime average, refreshed at decode-log intervals.
+        # Information only: SGLang's average since the last /flush_cache, folded at decode-log intervals.
         server_accept_length=(server_after or {}).get("avg_spec_accept_length"),
         repeats=repeats if repeats is not None else [repeat_summary(records, wall, 0)],
         source="builtin",

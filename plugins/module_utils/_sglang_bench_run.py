@@ -69,8 +69,9 @@ def flush_cache(base_url: str, *, api_key: str | None = None, validate_certs: bo
                 ca_path: str | None = None) -> str | None:
     """``POST /flush_cache``: None when flushed, else why not (a server without the route).
 
-    Raises bench.BenchError when the server refuses (SGLang answers 400 while requests are in flight:
-    other traffic would also skew the figures). SGLang answers 200 with plain text, not JSON.
+    Raises bench.BenchError when the server refuses: with ``?timeout=`` SGLang waits up to FLUSH_TIMEOUT
+    seconds for the server to go idle, then answers 400 "Timed out waiting for idle state." if requests are
+    still in flight (other traffic would also skew the figures). SGLang answers 200 with plain text, not JSON.
     """
     path = "/flush_cache?timeout=%d" % FLUSH_TIMEOUT
     try:

@@ -17,8 +17,8 @@ interpreter has it and falls back to the old one (releases before the move).
 * With ``sglang.benchmark.serving`` it runs under ``DRIVER``: the tool's own ``cli_main()``, with
   its ``calculate_metrics()`` wrapped to save each request's ``spec_accept_length`` (SGLang's
   ``completion_tokens / spec_verify_ct`` of that request) next to the result: its result file has
-  only ``accept_length``, the server-lifetime ``avg_spec_accept_length``, refreshed at decode-log
-  intervals.
+  only ``accept_length``, the server's ``avg_spec_accept_length`` since the last ``/flush_cache``,
+  folded at decode-log intervals.
 * ``parse_bench_serving()``: its JSONL result line (keys as SGLang writes them: ``output_throughput``,
   ``accept_length``, ``median_e2e_latency_ms``, ...) in the level shape of the built-in engine.
 * ``run_levels()``: every level and repeat in turn with the interpreter that has SGLang.
@@ -166,7 +166,7 @@ def parse_bench_serving(text: str, concurrency: int | None = None) -> tuple[dict
         latency_s=dict(mean=sec("mean_e2e_latency_ms"), p50=sec("median_e2e_latency_ms"), p90=None,
                        p99=sec("p99_e2e_latency_ms"), max=None),
         ttft_s=dict(mean=sec("mean_ttft_ms"), p50=sec("median_ttft_ms"), p90=None, p99=sec("p99_ttft_ms"), max=None),
-        # Its own accept_length is /server_info's lifetime average: the level's own figure comes
+        # Its own accept_length is /server_info's average since the last flush: the level's own figure comes
         # from the per-request accept lengths (apply_side_file) when the driver saved them.
         accept_length=None,
         accept_length_source=None,

@@ -258,7 +258,7 @@ def markdown(doc):
                             else "not run: %s" % doc["baseline"]["note"]),
         "",
         "| run | concurrency | requests | output tok/s | latency p50 / p90 / p99 (ms) | TTFT p50 / p90 / p99 (ms) "
-        "| accept length | server lifetime accept length | speedup [%d%% CI] |" % round(
+        "| accept length | server accept length since flush | speedup [%d%% CI] |" % round(
             100 * ((doc["speedup"] or [{}])[0].get("ci_confidence") or 0.95)),
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]

@@ -29,7 +29,7 @@ description:
   - "Per level it returns output throughput (output tokens per second of measured wall time, all repeats), each
     repeat's throughput, p50/p90/p99 latency and TTFT, and the accept length as total output tokens over total
     verify steps of its requests. The server's C(/server_info) C(avg_spec_accept_length) is returned as
-    information only: SGLang averages it over the server's lifetime and refreshes it at decode-log intervals."
+    information only: SGLang averages it since the last C(/flush_cache) and folds it in at decode-log intervals."
   - "O(engine=bench_serving) runs SGLang's own serving benchmark with O(python) per level and repeat instead:
     C(sglang.benchmark.serving) when O(python) has it (SGLang 0.5.23 deprecates C(sglang.bench_serving)), run
     through a small driver that saves each request's C(spec_accept_length), else C(python -m sglang.bench_serving)
@@ -206,8 +206,8 @@ levels:
     - "Keys: concurrency, requests, succeeded, failed, errors, wall_seconds, output_tokens, prompt_tokens,
       output_throughput, request_throughput, latency_s and ttft_s (mean, p50, p90, p99, max), accept_length
       (total tokens / total verify steps of the requests; null without speculative decoding or without
-      per-request figures), accept_length_source, verify_steps, server_accept_length (C(/server_info) lifetime
-      figure after the level, information only), repeats (per measured run: repeat, requests, wall_seconds,
+      per-request figures), accept_length_source, verify_steps, server_accept_length (C(/server_info) figure
+      since the last C(/flush_cache), folded at decode-log intervals, after the level, information only), repeats (per measured run: repeat, requests, wall_seconds,
       output_tokens, output_throughput, accept_length), source."
   returned: unless check mode
   type: list
