@@ -207,8 +207,9 @@ levels:
       output_throughput, request_throughput, latency_s and ttft_s (mean, p50, p90, p99, max), accept_length
       (total tokens / total verify steps of the requests; null without speculative decoding or without
       per-request figures), accept_length_source, verify_steps, server_accept_length (C(/server_info) figure
-      since the last C(/flush_cache), folded at decode-log intervals, after the level, information only), repeats (per measured run: repeat, requests, wall_seconds,
-      output_tokens, output_throughput, accept_length), source."
+      since the last C(/flush_cache), folded at decode-log intervals, after the level, information only),
+      repeats (per measured run: repeat, requests, wall_seconds, output_tokens, output_throughput, accept_length),
+      source."
   returned: unless check mode
   type: list
   elements: dict
