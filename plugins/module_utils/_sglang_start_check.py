@@ -62,6 +62,9 @@ DFLASH_RULES = (
      "set pp-size to 1 (DFLASH runs without pipeline parallelism) or choose another speculative-algorithm"),
     ("dflash-draft-path", "speculative-draft-model-path", "--speculative-draft-model-path",
      "give the drafter (sglang_drafter_model or sglang_drafter_path in the sglang role)"),
+    # Before the next rule: SGLang's "must be positive" message also names --speculative-dflash-block-size.
+    ("dflash-block-size", "speculative-dflash-block-size", "--speculative-dflash-block-size to be positive",
+     "set speculative-dflash-block-size to a positive number (the drafter's block_size), or remove it"),
     ("dflash-block-size", "speculative-dflash-block-size, speculative-num-draft-tokens", "--speculative-dflash-block-size",
      "set speculative-num-draft-tokens equal to speculative-dflash-block-size, or set only one of them"),
     ("dflash-draft-window", "speculative-draft-window-size, speculative-num-draft-tokens", "--speculative-draft-window-size",
@@ -306,7 +309,7 @@ class _Start(object):
             return
         finally:
             server_args._input_frozen = False
-        self.checked.extend(rule[0] for rule in DFLASH_RULES)
+        self.checked.extend(dict.fromkeys(rule[0] for rule in DFLASH_RULES))
         for dest in ("speculative_num_draft_tokens", "max_running_requests", "speculative_draft_attention_backend"):
             self.resolved[dest.replace("_", "-")] = getattr(cfg, dest)
 

@@ -121,6 +121,13 @@ def test_dflash_block_size_differs(sglang_python, tmp_path):
     assert "set speculative-num-draft-tokens equal to speculative-dflash-block-size" in text
 
 
+def test_dflash_block_size_not_positive(sglang_python, tmp_path):
+    # SGLang's message names --speculative-dflash-block-size too: the fix must not be "set them equal".
+    text = problem(start(sglang_python, tmp_path, speculative_dflash_block_size=0), "dflash-block-size")
+    assert "to be positive, got 0" in text and "set speculative-dflash-block-size to a positive number" in text
+    assert "set speculative-num-draft-tokens equal" not in text
+
+
 def test_dflash_window_smaller_than_block(sglang_python, tmp_path):
     text = problem(start(sglang_python, tmp_path, speculative_draft_window_size=8), "dflash-draft-window")
     assert "window_size=8, block_size=16" in text and "raise speculative-draft-window-size" in text
