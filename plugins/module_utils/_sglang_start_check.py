@@ -320,21 +320,27 @@ class _Start(object):
             self.skipped.append("%s: %s has no readable config.json on this host" % (what, path))
             return None
         text = _text_config(data)
-        if not any(text.get(k) is not None for k in self.helper("context", "CONTEXT_LENGTH_KEYS")):
-            text = self.model_type_defaults(text)
-            if text is None:
-                self.skipped.append("%s: %s/config.json sets no context length and its model type's default needs "
-                                    "transformers, which python cannot import" % (what, path))
+        # transformers' config object when it builds: it adds what the raw JSON lacks (a yarn rope's
+        # original_max_position_embeddings, the model type's default length), as SGLang's own config has.
+        config, why = self.model_config(text)
+        if config is None:
+            if not any(text.get(k) is not None for k in self.helper("context", "CONTEXT_LENGTH_KEYS")):
+                self.skipped.append("%s: %s/config.json sets no context length and %s" % (what, path, why))
                 return None
-        return int(self.helper("context", "get_context_length")(_as_config(text)))
+            config = _as_config(text)
+        return int(self.helper("context", "get_context_length")(config))
 
     @staticmethod
-    def model_type_defaults(text: dict[str, Any]) -> dict[str, Any] | None:
+    def model_config(text: dict[str, Any]) -> tuple[Any, str]:
+        """transformers' config object for ``text`` (None and why when it cannot be built)."""
         try:
             from transformers import AutoConfig
-            return AutoConfig.for_model(text.get("model_type"), **text).to_dict()
-        except Exception:  # pylint: disable=broad-except
-            return None
+        except Exception as exc:  # pylint: disable=broad-except
+            return None, "its model type's default needs transformers, which python cannot import (%s)" % exc
+        try:
+            return AutoConfig.for_model(text["model_type"], **dict((k, v) for k, v in text.items() if k != "model_type")), ""
+        except Exception as exc:  # pylint: disable=broad-except
+            return None, "could not build its model type's default: %s: %s" % (type(exc).__name__, exc)
 
     def context(self, cfg: Any, *, draft: bool) -> None:
         """Mirror of ModelConfig._derive_context_length for the target, then the drafter."""

@@ -186,6 +186,42 @@ def test_model_type_default_needs_transformers(sglang_python, tmp_path):
     assert any(s.startswith("draft-context-length:") and "needs transformers" in s for s in result["skipped"])
 
 
+FAKE_TRANSFORMERS = '''"""A FAKE transformers written by test_sglang_start_check: AutoConfig.for_model's call shape only."""
+import sys
+import types
+
+# Absent while sglang imports (its transformers patches need the real package), present once the
+# start rules run (_handle_dflash's module is imported by then).
+if "sglang.srt.arg_groups.speculative_hook" not in sys.modules:
+    raise ImportError("the fake transformers is not there yet")
+
+
+class AutoConfig(object):
+    @classmethod
+    def for_model(cls, model_type, *args, **kwargs):
+        if model_type == "unknown_type":
+            raise ValueError("Unrecognized model identifier: %s" % model_type)
+        values = dict(max_position_embeddings=40960)
+        values.update(kwargs)
+        return types.SimpleNamespace(model_type=model_type, **values)
+'''
+
+
+def test_model_type_default_from_transformers_config_object(sglang_python, tmp_path):
+    # A FAKE transformers (SGLang's lab venv has none) with for_model(model_type, **kwargs): the
+    # call must not pass model_type twice, and the object it returns is what get_context_length reads.
+    (tmp_path / "fake" / "transformers").mkdir(parents=True)
+    (tmp_path / "fake" / "transformers" / "__init__.py").write_text(FAKE_TRANSFORMERS)
+    env = {"PYTHONPATH": str(tmp_path / "fake")}
+    result = start(sglang_python, tmp_path / "a", env=env, models_kw=dict(max_position_embeddings=None))
+    assert "context length 131072 is above the 40960 it derives" in problem(result, "draft-context-length")
+    result = start(sglang_python, tmp_path / "b", env=env, models_kw=dict(max_position_embeddings=None,
+                                                                          model_type="unknown_type"))
+    assert result["problems"] == [] and "draft-context-length" not in result["checked"]
+    assert any("could not build its model type's default: ValueError: Unrecognized model identifier" in s
+               for s in result["skipped"]), result["skipped"]
+
+
 def test_models_not_on_this_host_are_skipped(sglang_python, tmp_path):
     result = run_start(sglang_python, cfg.write(str(tmp_path), "good", cfg.GOOD))
     assert result["problems"] == [] and result["error"] is None
