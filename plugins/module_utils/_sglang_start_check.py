@@ -103,9 +103,12 @@ def script_source() -> bytes:
     return _sglang_check.file_source(globals().get("__loader__"), __file__)
 
 
-def command(python: str, config: str) -> list[str]:
-    """argv of the start-rule run: the script comes on stdin, the environment in the process's own."""
-    return [python, "-", config]
+def command(python: str, config: str, names: Any = ()) -> list[str]:
+    """argv of the start-rule run: the script comes on stdin, the environment in the process's own.
+
+    ``names``: the environment option's variables; the script drops every other inherited SGLANG_*.
+    """
+    return [python, "-", config] + sorted(names)
 
 
 def environment(params: dict[str, Any]) -> dict[str, str]:
@@ -135,7 +138,7 @@ def run(params: dict[str, Any], *, run_command: Callable[..., tuple], warn: Call
     params = dict(params, environment=variables)
     result = _sglang_check.run(params, run_command=run_command, warn=warn)
     python, config = params["python"], params["config"]
-    rc, out, err = run_command(command(python, config), data=script_source(), binary_data=True, cwd="/",
+    rc, out, err = run_command(command(python, config, variables), data=script_source(), binary_data=True, cwd="/",
                                environ_update=variables)
     try:
         start = _sglang_check.read_result(rc, out, err, python, marker=RESULT_MARKER)
@@ -421,10 +424,20 @@ def check(config: str) -> dict[str, Any]:
     return result
 
 
+def _drop_inherited(keep: list[str]) -> None:
+    """Unset the SGLANG_* variables the unit would not have: the run inherits the SSH session's
+    environment, the unit gets only its EnvironmentFile (an inherited
+    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 would pass a config the unit refuses)."""
+    for name in [n for n in os.environ if n.startswith("SGLANG_") and n not in keep]:
+        del os.environ[name]
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        sys.stderr.write("usage: python _sglang_start_check.py CONFIG.yaml\n")
+    if not argv:
+        sys.stderr.write("usage: python _sglang_start_check.py CONFIG.yaml [KEPT_VARIABLE...]\n")
         return 2
+    # Before anything imports sglang, whose envs read the variables.
+    _drop_inherited(argv[1:])
     result = check(argv[0])
     sys.stdout.write("\n" + RESULT_MARKER + json.dumps(result, sort_keys=True, default=str) + "\n")
     sys.stdout.flush()

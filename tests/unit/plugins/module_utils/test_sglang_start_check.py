@@ -64,10 +64,13 @@ def config_text(target, draft, **options):
     return "".join("%s: %s\n" % (k, v) for k, v in lines.items())
 
 
-def run_start(python, config, env=None):
-    environ = dict((k, v) for k, v in os.environ.items() if not k.startswith("SGLANG_"))
+def run_start(python, config, env=None, names=None):
+    """The start-rule script as the module runs it; ``names`` given: the environment option's names,
+    and this process's SGLANG_* variables are inherited as a host's SSH session's are."""
+    environ = dict((k, v) for k, v in os.environ.items() if names is not None or not k.startswith("SGLANG_"))
     environ.update(env or {})
-    proc = subprocess.run(st.command(python, config), input=st.script_source(), env=environ, stdout=subprocess.PIPE,
+    names = list(env or {}) if names is None else names
+    proc = subprocess.run(st.command(python, config, names), input=st.script_source(), env=environ, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, cwd="/", timeout=300, check=False)
     out, err = proc.stdout.decode(), proc.stderr.decode()
     assert cfg.API_KEY not in out + err
@@ -184,6 +187,15 @@ def test_model_type_default_needs_transformers(sglang_python, tmp_path):
     result = start(sglang_python, tmp_path, models_kw=dict(max_position_embeddings=None))
     assert result["problems"] == [] and "draft-context-length" not in result["checked"]
     assert any(s.startswith("draft-context-length:") and "needs transformers" in s for s in result["skipped"])
+
+
+def test_inherited_sglang_variables_do_not_open_the_gate(sglang_python, tmp_path, monkeypatch):
+    # The unit gets only its EnvironmentFile: a variable of the SSH session must not pass the config.
+    monkeypatch.setenv(st.ALLOW_LONGER, "1")
+    target, draft = models(tmp_path / "models", drafter_len=4096)
+    config = cfg.write(str(tmp_path), "kimi", config_text(target, draft))
+    problem(run_start(sglang_python, config, names=[]), "draft-context-length")
+    assert run_start(sglang_python, config, env=ALLOW, names=[st.ALLOW_LONGER])["problems"] == []
 
 
 FAKE_TRANSFORMERS = '''"""A FAKE transformers written by test_sglang_start_check: AutoConfig.for_model's call shape only."""
