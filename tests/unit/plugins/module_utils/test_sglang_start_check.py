@@ -260,10 +260,15 @@ def read(directory, relpath):
         return handle.read()
 
 
+def missing_pins(directory):
+    """The PINS whose text the SGLang source tree at ``directory`` no longer has."""
+    return [(path, text) for path, text in st.PINS if text not in read(directory, path)]
+
+
 def test_pins_hold_in_the_installed_sglang(sglang_python):
     assert SGLANG_VERSION == st.PINS_VERSION
     directory = sglang_dir(sglang_python)
-    missing = [(path, text) for path, text in st.PINS if text not in read(directory, path)]
+    missing = missing_pins(directory)
     assert missing == [], "SGLang's source no longer has what _sglang_start_check mirrors: %s" % missing
     # The rules are named from SGLang's messages: each message text is still raised by _handle_dflash.
     hook = read(directory, "srt/arg_groups/speculative_hook.py")
@@ -272,13 +277,19 @@ def test_pins_hold_in_the_installed_sglang(sglang_python):
     assert [rule for rule, _o, text, _f in st.DFLASH_RULES if text not in body] == []
 
 
-def test_pins_fail_on_a_different_rule(tmp_path):
-    # What the pin test does with a SGLang whose rule changed: the text is gone, the pin reports it.
+def test_pins_fail_on_a_different_rule(sglang_python, tmp_path):
+    # A copy of the installed tree with one pinned rule changed: the pin check reports that pin, only it.
+    directory = sglang_dir(sglang_python)
     path, text = st.PINS[6]
     changed = tmp_path / "sglang"
-    (changed / os.path.dirname(path)).mkdir(parents=True)
-    (changed / path).write_text("if context_length >= derived_context_len:\n")
-    assert text not in read(str(changed), path)
+    for relpath in set(p for p, _t in st.PINS):
+        (changed / os.path.dirname(relpath)).mkdir(parents=True, exist_ok=True)
+        (changed / relpath).write_text(read(directory, relpath))
+    assert missing_pins(str(changed)) == []
+    source = read(str(changed), path)
+    # SGLang changing "context_length > derived" to ">=" is a different rule.
+    (changed / path).write_text(source.replace(text, text.replace(" > ", " >= ")))
+    assert missing_pins(str(changed)) == [(path, text)]
 
 
 def test_from_source_runs_sglangs_own_function(sglang_python, tmp_path):
