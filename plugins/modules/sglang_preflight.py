@@ -68,7 +68,9 @@ options:
   environment:
     description:
       - "The server unit's environment (the C(sglang) role passes C(sglang_environment)), applied to both checks:
-        SGLang reads some start-time switches from it, C(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN) among them."
+        SGLang reads some start-time switches from it, C(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN) among them.
+        The start-time check drops every other C(SGLANG_*) variable it inherits (the SSH session's), as the unit
+        has only its C(EnvironmentFile)."
       - "Names and values as the unit's C(EnvironmentFile) takes them: a null value drops the variable; a list,
         a dict, a line break or a name that is not a variable name fails, naming it."
       - "Values never appear in the output: the invocation shows the names only, and the values of secret-looking
