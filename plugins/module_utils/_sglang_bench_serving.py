@@ -88,13 +88,19 @@ def bench_serving_command(python: str, base_url: str, dataset_path: str, output_
     """
     warmup = concurrency if params.get("warmup_requests") is None else params["warmup_requests"]
     head = [python, "-c", DRIVER, side_file] if module == SERVING_MODULE and side_file else [python, "-m", module]
-    argv = head + ["--backend", "sglang-oai-chat" if params.get("api") == "chat" else "sglang",
+    chat = params.get("api") == "chat"
+    temperature = params.get("temperature", 0.0)
+    argv = head + ["--backend", "sglang-oai-chat" if chat else "sglang",
                    "--base-url", base_url, "--dataset-name", "sharegpt", "--dataset-path", dataset_path,
                    "--num-prompts", str(num_requests), "--sharegpt-output-len", str(params["max_new_tokens"]),
                    "--max-concurrency", str(concurrency), "--request-rate", "inf",
-                   "--extra-request-body", json.dumps({"temperature": params.get("temperature", 0.0)}),
-                   "--warmup-requests", str(warmup),
+                   "--temperature", str(temperature), "--warmup-requests", str(warmup),
                    "--output-file", output_file, "--output-details", "--disable-tqdm", "--seed", str(seed)]
+    if chat:
+        # The sglang backend (/generate) puts --temperature into sampling_params (the extra body would land at
+        # the payload's top level, where /generate drops it); the chat backend ignores --temperature and
+        # sends 0.0 unless the extra body names one.
+        argv += ["--extra-request-body", json.dumps({"temperature": temperature})]
     if params.get("flush_cache", True):
         argv.append("--flush-cache")
     return argv

@@ -34,8 +34,8 @@ description:
     C(sglang.benchmark.serving) when O(python) has it (SGLang 0.5.23 deprecates C(sglang.bench_serving)), run
     through a small driver that saves each request's C(spec_accept_length), else C(python -m sglang.bench_serving)
     (then no accept length is measured). ShareGPT-format dataset made from the same prompts, C(--max-concurrency)
-    per level, C(--warmup-requests), C(--flush-cache), the temperature in C(--extra-request-body), backend
-    C(sglang-oai-chat) for the chat API. It fails when neither module is importable by O(python)."
+    per level, C(--warmup-requests), C(--flush-cache), the temperature in C(--temperature) (and, for the chat
+    backend C(sglang-oai-chat), which ignores that, in C(--extra-request-body)). It fails when neither module is importable by O(python)."
   - "O(label) says which server this is: V(spec) must be running speculative decoding and V(baseline) must not
     (read from C(/server_info) C(speculative_algorithm)); a mismatch fails before any load is sent."
   - "Fails when any request fails, with the partial results, so a playbook can restore the server."

@@ -219,7 +219,8 @@ def test_bench_serving_prefers_the_new_module_with_the_driver():
     for argv in runs:
         assert argv[:3] == ["/py", "-c", bench_serving.DRIVER]
         assert argv[argv.index("--warmup-requests") + 1] == "2" and "--flush-cache" in argv
-        assert json.loads(argv[argv.index("--extra-request-body") + 1]) == {"temperature": 0.7}
+        # /generate reads the temperature from --temperature (sampling_params); an extra body would be dropped
+        assert argv[argv.index("--temperature") + 1] == "0.7" and "--extra-request-body" not in argv
         assert argv[argv.index("--backend") + 1] == "sglang"
     level = levels[0]
     tokens = sum(raw["output_lens"]) * 2
@@ -241,6 +242,8 @@ def test_bench_serving_falls_back_to_the_deprecated_module_and_chat_backend():
     assert argv[:3] == ["/py", "-m", "sglang.bench_serving"]
     assert argv[argv.index("--backend") + 1] == "sglang-oai-chat" and "--flush-cache" not in argv
     assert argv[argv.index("--warmup-requests") + 1] == "0"
+    # the chat backend ignores --temperature and sends 0.0 unless the extra body names one
+    assert json.loads(argv[argv.index("--extra-request-body") + 1]) == {"temperature": PARAMS["temperature"]}
     # no per-request figures from the old module: no accept length rather than the lifetime one
     assert levels[0]["accept_length"] is None and levels[0]["server_accept_length"] is not None
 

@@ -131,13 +131,14 @@ FAKE_BENCH_SERVING = textwrap.dedent('''\
                 "--sharegpt-output-len", "--max-concurrency", "--request-rate", "--output-file", "--seed"):
         p.add_argument(opt)
     p.add_argument("--extra-request-body")
+    p.add_argument("--temperature", type=float)
     p.add_argument("--warmup-requests")
     p.add_argument("--flush-cache", action="store_true")
     p.add_argument("--output-details", action="store_true")
     p.add_argument("--disable-tqdm", action="store_true")
     a = p.parse_args()
     assert a.backend in ("sglang", "sglang-oai-chat") and a.dataset_name == "sharegpt", a
-    assert a.flush_cache and int(a.warmup_requests) >= 1 and "temperature" in json.loads(a.extra_request_body), a
+    assert a.flush_cache and int(a.warmup_requests) >= 1 and a.temperature is not None, a
     data = json.load(open(a.dataset_path))
     assert len(data) == int(a.num_prompts) and data[0]["conversations"][0]["from"] == "human"
     assert os.environ.get("OPENAI_API_KEY") == os.environ["FAKE_EXPECT_KEY"], "key not passed in the environment"
