@@ -31,6 +31,8 @@ SUITE = "bookworm"
 PACKAGES = [
     "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv", "aria2",
     "iproute2", "ca-certificates",
+    # the peer exchange's file server (docs/fleet.md); the role installs it on real hosts
+    "nginx-light",
 ]
 MIRRORS = [
     "deb http://deb.debian.org/debian bookworm main",
@@ -38,7 +40,7 @@ MIRRORS = [
     "deb http://deb.debian.org/debian-security bookworm-security main",
 ]
 # Bump when customize() changes in a way that needs a rebuild.
-CUSTOMIZE_VERSION = "3"
+CUSTOMIZE_VERSION = "4"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_LAB = "gflab"
 EXIT_REBOOT = 133
@@ -169,6 +171,9 @@ def customize(root: Path) -> None:
     # Units that only fail in a container without a console or hardware.
     _run(["systemctl", f"--root={root}", "mask", "getty@tty1.service", "systemd-remount-fs.service"],
          "mask units")
+    # Debian enables nginx's own site on port 80 at install; the peer exchange runs its own instance
+    # per run (systemd-run), so the packaged service stays off as on a site that does not use it.
+    _run(["systemctl", f"--root={root}", "disable", "nginx.service"], "disable nginx.service")
     (root / "root/.ssh").mkdir(mode=0o700, exist_ok=True)
 
 

@@ -18,7 +18,8 @@ CONTROLLER_ADDR = SUBNET_PREFIX + "1"
 HUB_NETNS = "gflab-hub"
 HUB_API_ADDR = SUBNET_PREFIX + "2"
 HUB_CDN_ADDR = SUBNET_PREFIX + "3"
-MAX_HOSTS = 4
+# 8: make test runs three integration lanes at once (2 + 2 hosts, and the 4-host fleet target).
+MAX_HOSTS = 8
 # Root-netns ends of the veth pairs all start with this, so teardown can find strays
 # (veth names linger when a netns outlives its processes or a previous run died half way).
 VETH_PREFIX = "gfl-"

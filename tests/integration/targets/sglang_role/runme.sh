@@ -150,6 +150,7 @@ done
 ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e itest_serving=current >/dev/null
 play 0 gpufleet.llm.deploy -e "$ARGS" -e itest_revision=main
 scenario crashloop
+scenario batches
 S6=$(state)
 
 echo "== 9. two hosts as one multi-node server: ranks, dist-init-addr, one batch, restarted together"
@@ -163,6 +164,7 @@ S7=$(state); echo "$S7"
 for h in gpu1 gpu2; do
     [ "$(field $h 2 <<<"$S7")" != "$(field $h 2 <<<"$S6")" ] || { echo "$h: not restarted with its rank" >&2; exit 1; }
 done
+scenario multinode
 
 echo "== 10. verify.yml on a corrupted shard: fails naming the host and the file"
 ansible-playbook "${PLAY_ARGS[@]}" corrupt.yml -e itest_host=gpu1 >/dev/null
