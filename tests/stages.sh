@@ -200,27 +200,30 @@ do_lab_stale() {
 do_lab_status() { "$PY" "$ROOT/tests/lab/labctl.py" status; }
 do_teardown_check() { run_pytest tests/lab/tests/test_lab_teardown.py -q; }
 
-# make test boots TEST_LAB_HOSTS (4) lab hosts and runs the integration targets in two lanes at
-# once, each on its own pair of hosts under the names the targets know (gpu1, gpu2), from its own
-# copy of the collection: sglang_role (the longest target, about half the total) on hosts 3-4, all
-# the others on hosts 1-2. Most of a target's time is waiting on hosts (about half the controller's
-# CPU is idle), so the lanes overlap well. The lanes share only the lab Hub, which they read (the one
-# target that resets and faults a Hub, hf_snapshot, runs its own private instance). A lab of fewer
-# than 4 hosts (`make lab-up` gives 2) runs every target in one lane, as before.
-TEST_LAB_HOSTS=${TEST_LAB_HOSTS:-4}
+# make test boots TEST_LAB_HOSTS (8) lab hosts and runs the integration targets in three lanes at
+# once, each on its own hosts under the names the targets know (gpu1, gpu2, ...), from its own copy of
+# the collection: sglang_role (the longest target) on hosts 3-4, the 4-host fleet target on hosts 5-8,
+# all the others on hosts 1-2. Most of a target's time is waiting on hosts (the controller's CPU is
+# often idle), so the lanes overlap well. The lanes share only the lab Hub, which they read (the
+# targets that reset, cap or fault a Hub, hf_snapshot and fleet, run their own private instances).
+# A lab of 4-7 hosts runs two lanes and then fleet on hosts 1-4; a lab of fewer than 4 hosts
+# (`make lab-up` gives 2) runs every 2-host target in one lane and says that fleet did not run.
+TEST_LAB_HOSTS=${TEST_LAB_HOSTS:-8}
 LANE2_TARGETS=(sglang_role)
+FLEET_TARGETS=(fleet)
 
 lab_host_count() { grep -c '^gpu[0-9]* ansible_host=' "$INVENTORY" 2>/dev/null || true; }
 
-# lane_inventory DIR FIRST: DIR/inventory.ini holding lab hosts FIRST and FIRST+1 as gpu1 and gpu2 (the
-# lab's vars kept), and DIR/lab.json (what lab.sh and the targets read beside the inventory).
+# lane_inventory DIR FIRST [COUNT]: DIR/inventory.ini holding lab hosts FIRST..FIRST+COUNT-1 (COUNT
+# defaults to 2) as gpu1, gpu2, ... (the lab's vars kept), and DIR/lab.json (what lab.sh and the
+# targets read beside the inventory).
 lane_inventory() {
     mkdir -p "$1"
     ln -sfn "$CACHE/run/lab.json" "$1/lab.json"
-    awk -v first="$2" '
+    awk -v first="$2" -v count="${3:-2}" '
         /^gpu[0-9]+ ansible_host=/ {
             n = substr($1, 4) - first + 1
-            if (n >= 1 && n <= 2) { $1 = "gpu" n; print }
+            if (n >= 1 && n <= count) { $1 = "gpu" n; print }
             next
         }
         { print }' "$INVENTORY" > "$1/inventory.ini"
@@ -248,21 +251,34 @@ do_integration() {
     # ansible-test runs each target from a copy without lab.env or tests/lab: the targets find the
     # lab's files through this link in the cache (lab.sh).
     ln -sfn "$COLL/tests/lab" "$CACHE/run/lab-dir"
-    local hosts
+    local hosts exclude=() fleet_out=() t
     hosts=$(lab_host_count)
+    for t in "${FLEET_TARGETS[@]}"; do fleet_out+=(--exclude "$t"); done
     if [ "${hosts:-0}" -lt 4 ]; then
-        run_lane all "$COLL" "$INVENTORY"
+        log "integration: $hosts lab host(s): the 4-host target(s) ${FLEET_TARGETS[*]} do not run (LAB_HOSTS=4 or more)"
+        run_lane all "$COLL" "$INVENTORY" "${fleet_out[@]}"
         return
     fi
     lane_inventory "$CACHE/lane1" 1
     lane_inventory "$CACHE/lane2" 3
-    local exclude=() t pid1 rc1=0 rc2=0
+    lane_inventory "$CACHE/lane3" "$([ "$hosts" -ge 8 ] && echo 5 || echo 1)" 4
     for t in "${LANE2_TARGETS[@]}"; do exclude+=(--exclude "$t"); done
-    run_lane lane1 "$COLL" "$CACHE/lane1/inventory.ini" "${exclude[@]}" &
+    local pid1 pid3="" rc1=0 rc2=0 rc3=0
+    run_lane lane1 "$COLL" "$CACHE/lane1/inventory.ini" "${exclude[@]}" "${fleet_out[@]}" &
     pid1=$!
+    if [ "$hosts" -ge 8 ]; then
+        run_lane lane3 "$COLL_PARENT-lane3/ansible_collections/gpufleet/llm" "$CACHE/lane3/inventory.ini" "${FLEET_TARGETS[@]}" &
+        pid3=$!
+    fi
     run_lane lane2 "$COLL_PARENT-lane2/ansible_collections/gpufleet/llm" "$CACHE/lane2/inventory.ini" "${LANE2_TARGETS[@]}" || rc2=$?
     wait "$pid1" || rc1=$?
-    [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]
+    if [ -n "$pid3" ]; then
+        wait "$pid3" || rc3=$?
+    else
+        # hosts 1-4 are free once both lanes are done
+        run_lane lane3 "$COLL_PARENT-lane3/ansible_collections/gpufleet/llm" "$CACHE/lane3/inventory.ini" "${FLEET_TARGETS[@]}" || rc3=$?
+    fi
+    [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ]
 }
 
 # --- demo ----------------------------------------------------------------------------------------
@@ -303,7 +319,7 @@ run_test() {
     # nothing else builds it before the units).
     stage lab-local do_lab_local || failed=1
     stage units do_units || failed=1
-    LAB_HOSTS=$TEST_LAB_HOSTS   # two lanes of integration targets, a pair of hosts each
+    LAB_HOSTS=$TEST_LAB_HOSTS   # three lanes of integration targets (do_integration)
     if stage lab-up do_lab_up; then
         stage lab-tests do_lab_marked || failed=1
         stage integration do_integration || failed=1
@@ -333,14 +349,22 @@ do_bench_snapshot() {
 # sglang_bench's client against the lab SGLang stand-in on loopback (figures: client fidelity, not GPUs).
 do_bench_sglang() { "$PY" "$ROOT/tests/lab/bench_sglang.py"; }
 
+# Staging 1 host against 4 (hub and peers) under one private-Hub cap (needs 4 lab hosts).
+do_bench_fleet() {
+    link_collection
+    PATH="$VENV/bin:$PATH" ANSIBLE_COLLECTIONS_PATH="$CACHE/collections" "$PY" "$ROOT/tests/lab/bench_fleet.py"
+}
+
 run_bench() {
     trap 'stage lab-down do_lab_down || true; summary' EXIT
     setup
+    [ "$LAB_HOSTS" -ge 4 ] || LAB_HOSTS=4   # the fleet benchmark stages 4 hosts
     stage lab-up do_lab_up
     stage bench-hub do_bench_hub
     stage bench-verify do_bench_verify
     stage bench-snapshot do_bench_snapshot
     stage bench-sglang do_bench_sglang
+    stage bench-fleet do_bench_fleet
 }
 
 run_demo() {
