@@ -132,6 +132,15 @@ def test_hosts_reach_each_other(lab):
             ok(lab, src, f"getent hosts {dst} | grep -q '^{addr} '")
 
 
+@pytest.mark.parametrize("host", HOSTS)
+def test_nginx_installed_but_its_packaged_site_off(lab, host):
+    # The peer exchange starts its own nginx per run (peer_serve); the package's own service must
+    # not hold port 80 on every host, as on a site that installed nginx-light only for us.
+    ok(lab, host, "test -x /usr/sbin/nginx")
+    assert ssh(lab, host, "systemctl is-enabled nginx.service").stdout.strip() == "disabled"
+    assert ssh(lab, host, "systemctl is-active nginx.service").stdout.strip() == "inactive"
+
+
 def test_overlays_share_the_rootfs(lab):
     mounts = Path("/proc/mounts").read_text().splitlines()
     for host, info in lab["hosts"].items():
