@@ -201,7 +201,10 @@ class Run(object):
         """The revision's selected files as plan Items; refuses any path that would land outside dest."""
         s = self.settings
         mark = time.monotonic()
-        self.commit, remote_files, self.use_token = _listing.list_remote(s, token=self.token, log=self.log)
+        if s.listing is not None:
+            self.commit, remote_files, self.use_token = _listing.from_listing(s)
+        else:
+            self.commit, remote_files, self.use_token = _listing.list_remote(s, token=self.token, log=self.log)
         self.timings.took("list", mark)
         unsafe = []
         items = []
@@ -224,8 +227,9 @@ class Run(object):
         return items
 
     def _listed(self, items: Sequence[_plan.Item]) -> dict[str, Any]:
-        res = self._result([_row(item, "listed") for item in items], fetched_bytes=0, strays=[], pruned=[],
-                           changed=False)
+        # sha256 and blob_id: what another run needs to take this listing as its ``listing``
+        rows = [dict(_row(item, "listed"), sha256=item.remote.sha256, blob_id=item.remote.blob_id) for item in items]
+        res = self._result(rows, fetched_bytes=0, strays=[], pruned=[], changed=False)
         res["resolve_only"] = True
         return res
 

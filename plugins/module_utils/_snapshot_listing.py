@@ -147,3 +147,30 @@ def untrusted(settings: Any, exc: Exception) -> SnapshotError:
         "refusing what %s answered for %s: %s. The Hub never answers this: the endpoint (or a proxy or "
         "man-in-the-middle on the way to it) is broken or untrusted, so nothing was written and the listing "
         "is not retried; check endpoint, proxy and validate_certs" % (settings.endpoint_url, settings.repo_id, exc))
+
+
+def from_listing(settings: Any) -> tuple[str, list, bool]:
+    """(commit, [RemoteFile], False) from ``listing`` (a resolve_only run's ``files``), without the Hub.
+
+    Every entry passes the same checks as the Hub's own answer (ids, size, path safety, a path once):
+    a listing handed over from another host is data, not trust.
+    """
+    commit = settings.revision
+    files = []
+    for index, entry in enumerate(settings.listing):
+        if not isinstance(entry, dict) or "path" not in entry or "size" not in entry or "blob_id" not in entry:
+            raise SnapshotError("listing entry %d is not a dict with path, size, blob_id and sha256 (the fields of a "
+                                "resolve_only run's files): %s" % (index, _hub.shown(entry)))
+        sha256 = entry.get("sha256")
+        try:
+            files.append(_hub.checked_file(settings.repo_id, commit, entry["path"], size=entry["size"],
+                                           blob_id=entry["blob_id"], sha256=sha256, lfs=sha256 is not None))
+        except _hub.UntrustedAnswerError as exc:
+            raise SnapshotError("refusing listing entry %d: %s; pass the files of a resolve_only run unchanged"
+                                % (index, exc)) from None
+    files.sort(key=lambda f: f.path)
+    try:
+        _hub.check_tree(settings.repo_id, commit, files)
+    except _hub.UntrustedAnswerError as exc:
+        raise SnapshotError("refusing listing: %s; pass the files of a resolve_only run unchanged" % exc) from None
+    return commit, files, False

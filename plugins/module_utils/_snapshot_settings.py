@@ -62,6 +62,14 @@ def argument_spec() -> dict[str, dict[str, Any]]:
         aria2c=dict(type="path"),
         lock_timeout=dict(type="int", default=600),
         hash_workers=dict(type="int"),
+        # Peer fetching (issue 12; _peers): the listing handed back from a resolve_only run, the peers
+        # that hold (or will hold) this commit, and this host's own share of the Hub's bytes.
+        listing=dict(type="list", elements="dict"),
+        peers=dict(type="list", elements="dict"),
+        peer_token=dict(type="str", no_log=True),
+        hub_share=dict(type="list", elements="str"),
+        hub=dict(type="bool", default=True),
+        peer_wait_timeout=dict(type="int", default=3600),
     )
 
 
@@ -94,6 +102,12 @@ class Settings:
     aria2c: str | None
     lock_timeout: int
     hash_workers: int | None
+    listing: list[dict[str, Any]] | None
+    peers: list[dict[str, Any]] | None
+    peer_token: str | None = dataclasses.field(repr=False)
+    hub_share: list[str] | None
+    hub: bool
+    peer_wait_timeout: int
     # What the manifest records and messages name: endpoint, else HF_ENDPOINT, else the public Hub.
     endpoint_url: str
 
@@ -134,6 +148,19 @@ def _check(values: Mapping[str, Any]) -> None:
                     values["proxy"] and _hub.proxy_problem(values["proxy"])):
         if problem:
             raise SnapshotError(problem)
+    _check_peer_options(values)
+
+
+def _check_peer_options(values: Mapping[str, Any]) -> None:
+    """listing, peers, hub: the combinations a run could not honour, refused before any request."""
+    if values["listing"] is not None and not re.match(r"^[0-9a-f]{40}$", str(values["revision"])):
+        raise SnapshotError("listing needs revision to be the 40-hex commit it was made for (the resolve_only run's "
+                            "commit), got revision %r" % values["revision"])
+    if not values["hub"] and values["listing"] is None:
+        raise SnapshotError("hub=false needs listing (the files of the commit, from a resolve_only run on a host "
+                            "with Hub access): without it this host cannot know what to fetch")
+    if values["peers"] and not values["peer_token"]:
+        raise SnapshotError("peers needs peer_token (the secret the peers' servers require)")
 
 
 def _check_repo_id(repo_id: Any) -> None:
@@ -163,6 +190,7 @@ _RANGES = (
     ("hash_workers", 1, None, "threads that hash files; leave it unset for the default"),
     ("lock_timeout", 0, None, None),
     ("min_free_bytes", 0, None, None),
+    ("peer_wait_timeout", 0, None, "seconds a file not yet published by its owner is waited for"),
 )
 
 

@@ -209,11 +209,64 @@ options:
         the whole revision (the gpufleet.llm.model role resolves its commit this way).
     type: bool
     default: false
+  listing:
+    description:
+      - The files of the commit (the RV(files) of a O(resolve_only) run, each C(path), C(size), C(sha256), C(blob_id)),
+        used instead of listing the Hub. O(revision) must then be that 40-hex commit.
+      - O(allow_patterns) and O(ignore_patterns) still apply; every entry gets the same checks as the Hub's own answer
+        (ids, size, path safety), and a bad one fails before O(dest) is touched.
+    type: list
+    elements: dict
+  peers:
+    description:
+      - Other hosts that hold, or are fetching, this very commit (see the Peers section of docs/hf_snapshot.md).
+        Each is a dict with C(name), C(url) (the base URL of that peer's copy of this commit directory, ending
+        in C(/), e.g. C(http://10.0.0.12:8370/kimi/<commit>/), as M(gpufleet.llm.peer_serve) serves it) and
+        C(share) (the paths that peer fetches from the Hub; may be empty).
+      - A file is fetched from every live peer that holds it (C(HEAD) with O(peer_token) answers 200 with the
+        listing's size), several peers per file as aria2 mirrors; its bytes get the same staging, hash and rename as
+        from the Hub. A peer that refuses connections, answers an error, ends a body early or serves bytes that fail
+        the hash is dropped for the rest of the run (RV(peers_dropped)); a hash mismatch from several peers at once
+        is retried one peer at a time. The Hub is the last resort.
+      - A file not in O(hub_share) is waited for while its owner (the peer whose C(share) lists it) is alive and its
+        peer status says it is still fetching; waiting is not a failed try. It comes from the Hub once no live peer
+        has it and the owner is gone (connection refused or reset, or its status says C(done) or C(failed) without
+        the file), or after O(peer_wait_timeout).
+    type: list
+    elements: dict
+  peer_token:
+    description:
+      - The secret the peers' servers require, sent as C(Authorization) Bearer to peer URLs only (in aria2's mode
+        0600 input file, never on its command line, never to the Hub or its CDN). Never in results or logs.
+      - Required with O(peers).
+    type: str
+  hub_share:
+    description:
+      - This host's own share of the Hub's bytes (paths); they come from the Hub at once unless a live peer already
+        holds them. Default all paths when O(peers) is empty, none otherwise.
+    type: list
+    elements: str
+  hub:
+    description:
+      - V(false) - never contact the Hub (needs O(listing)), for a host with only the cluster network. A file no
+        peer can give then fails, saying the host has no Hub access and no peer holds the file.
+    type: bool
+    default: true
+  peer_wait_timeout:
+    description:
+      - Seconds a file not in O(hub_share) is waited for while its owner is still fetching; after that it comes from
+        the Hub (the last resort; with O(hub=false) it fails).
+    type: int
+    default: 3600
 requirements:
   - huggingface_hub >= 1.0 (the gpufleet.llm.model role installs it into its tools venv)
   - aria2c on the host
 notes:
   - Ansible forbids C(async) in check mode; check mode runs synchronously and writes nothing.
+  - With O(peers) given (even empty), C(dest/.gpufleet/peer-status.json) says this run's state to the peers -
+    C({"state": "fetching"|"done"|"failed", "failed": [paths]}), written atomically at the start, the end and
+    on a failure; M(gpufleet.llm.peer_serve) exposes only that file of C(.gpufleet).
+  - Check mode with O(peers) reports each file's planned RV(files[].source) without asking any peer.
 seealso:
   - name: gpufleet.llm.model role
     description: Fetches every model listed, revisions side by side, with progress and an atomic C(current) switch.
@@ -239,6 +292,20 @@ EXAMPLES = r"""
     allow_patterns: ["*.safetensors", "*.json"]
     token: "{{ vault_hf_token }}"
 
+- name: Fetch this host's share from the Hub and the rest from its peers (the listing from a resolve_only run)
+  gpufleet.llm.hf_snapshot:
+    repo_id: moonshotai/Kimi-K2.6
+    revision: "{{ pinned.commit }}"
+    dest: /srv/models/kimi-k2.6/{{ pinned.commit }}
+    listing: "{{ pinned.files }}"
+    hub_share: "{{ shares[inventory_hostname] }}"
+    peers:
+      - name: gpu2
+        url: http://10.0.0.12:8370/kimi-k2.6/{{ pinned.commit }}/
+        share: "{{ shares['gpu2'] }}"
+    peer_token: "{{ peer_secret }}"
+  no_log: true
+
 - name: Report foreign partials left by other downloaders, and remove them
   gpufleet.llm.hf_snapshot:
     repo_id: org/model
@@ -260,7 +327,36 @@ files:
   returned: success
   type: list
   elements: dict
-  sample: [{"path": "config.json", "size": 3282, "action": "fetched"}]
+  sample: [{"path": "config.json", "size": 3282, "action": "fetched", "source": "hub"}]
+  contains:
+    source:
+      description:
+        - Where the bytes came from - C(hub), C(peer:<name>) (the first peer of a multi-peer download), C(link)
+          (O(link_from)) or C(present). In check mode the planned source. Not with O(resolve_only).
+      type: str
+    sha256:
+      description: With O(resolve_only) - the LFS sha256 (null for a non-LFS file), for O(listing).
+      type: str
+    blob_id:
+      description: With O(resolve_only) - the git blob id, for O(listing).
+      type: str
+bytes_from_hub:
+  description: Bytes of the files this run placed from the Hub.
+  returned: success
+  type: int
+bytes_from_peers:
+  description: Bytes of the files this run placed from peers.
+  returned: success
+  type: int
+from_peers:
+  description: Bytes per peer name (a file downloaded from several peers at once counts for the first of them).
+  returned: success
+  type: dict
+peers_dropped:
+  description: Peers dropped during the run, each C({name, reason}).
+  returned: success
+  type: list
+  elements: dict
 bytes_fetched:
   description: File bytes fetched by this run.
   returned: success
