@@ -263,9 +263,9 @@ requirements:
   - aria2c on the host
 notes:
   - Ansible forbids C(async) in check mode; check mode runs synchronously and writes nothing.
-  - With O(peers) given (even empty), C(dest/.gpufleet/peer-status.json) says this run's state to the peers -
-    C({"state": "fetching"|"done"|"failed", "failed": [paths]}), written atomically at the start, the end and
-    on a failure; M(gpufleet.llm.peer_serve) exposes only that file of C(.gpufleet).
+  - With O(peers) given (even empty), C(dest/.gpufleet/peer-status.json) says this run's state to the peers
+    (C(state) C(fetching), C(done) or C(failed), and C(failed), the paths that failed), written atomically at the
+    start, the end and on a failure; M(gpufleet.llm.peer_serve) exposes only that file of C(.gpufleet).
   - Check mode with O(peers) reports each file's planned RV(files[].source) without asking any peer.
 seealso:
   - name: gpufleet.llm.model role
