@@ -1,0 +1,107 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""roles/model/tasks/peers_start.yml as it ships (issue 12 item 2): its checks and set_fact tasks run
+by a real ansible-playbook over three local hosts, with the peer server's result (peer_serve needs a
+lab host; the fleet integration target runs it for real) stood in by a fact of the same name.
+
+What every host must get in _model_peer_args: the other hosts as peers with their URLs and shares,
+its own Hub share, the pinned listing, its Hub access, one token shared by all, never printed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import yaml
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+PEERS_START = os.path.join(ROOT, "roles", "model", "tasks", "peers_start.yml")
+COMMIT = "9a0e962393e4de9175c7df68f4731837f10a644a"
+LISTING = [
+    {"path": "config.json", "size": 3282, "sha256": None, "blob_id": "0" * 40},
+    {"path": "model-00001-of-000002.safetensors", "size": 6000, "sha256": "a" * 64, "blob_id": "1" * 40},
+    {"path": "model-00002-of-000002.safetensors", "size": 5000, "sha256": "b" * 64, "blob_id": "2" * 40},
+]
+
+
+def _shipped_tasks():
+    """Every task of peers_start.yml except the peer server's start (it needs nginx on a lab host)."""
+    with open(PEERS_START) as handle:
+        tasks = yaml.safe_load(handle)
+    names = [t["name"] for t in tasks]
+    assert "Start the peer server" in names
+    return [t for t in tasks if "gpufleet.llm.peer_serve" not in t]
+
+
+def _run(tmp_path, hub_access: dict, *, listings: dict | None = None):
+    inventory = "\n".join(
+        "%s ansible_connection=local ansible_host=10.9.0.%d model_peer_hub_access=%s ansible_python_interpreter=%s"
+        % (h, i + 1, str(ok).lower(), sys.executable) for i, (h, ok) in enumerate(hub_access.items()))
+    (tmp_path / "inventory.ini").write_text(inventory + "\n")
+    defaults = yaml.safe_load(open(os.path.join(ROOT, "roles", "model", "defaults", "main.yml")))
+    play_vars = {k: v for k, v in defaults.items() if k.startswith("model_peer_") and k != "model_peer_hub_access"}
+    play_vars.update({
+        "model_models": [{"name": "kimi", "repo_id": "lab/kimi"}],
+        "model_pinned_commits": {"kimi": COMMIT},
+        "model_pinned_listings": {"kimi": LISTING} if listings is None else listings,
+        "out_dir": str(tmp_path),
+    })
+    stand_in = {"name": "Stand in for the peer server's result",
+                "ansible.builtin.set_fact": {"__model_peer_serve": {
+                    "url": "http://{{ model_peer_address }}:{{ model_peer_port }}/", "unit": "gpufleet-peer-models.service"}}}
+    write = {"name": "Write what the host got", "no_log": True, "ansible.builtin.copy": {
+        "content": "{{ {'args': _model_peer_args, 'token': _model_peer_token} | to_json }}",
+        "dest": "{{ out_dir }}/{{ inventory_hostname }}.json", "mode": "0600"}}
+    playbook = [{"hosts": "all", "gather_facts": False, "vars": play_vars,
+                 "tasks": [stand_in] + _shipped_tasks() + [write]}]
+    (tmp_path / "play.yml").write_text(json.dumps(playbook))
+    collections = os.path.dirname(os.path.dirname(os.path.dirname(ROOT)))
+    env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING="False", ANSIBLE_COLLECTIONS_PATH=collections)
+    argv = [sys.executable, "-m", "ansible.cli.playbook", "-v", "-i", str(tmp_path / "inventory.ini"), str(tmp_path / "play.yml")]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+    got = {h: json.loads((tmp_path / (h + ".json")).read_text()) for h in hub_access if (tmp_path / (h + ".json")).exists()}
+    return proc, got
+
+
+def test_every_host_gets_its_peers_share_and_one_token(tmp_path):
+    proc, got = _run(tmp_path, {"gpu1": True, "gpu2": True, "gpu3": False})
+    assert sorted(got) == ["gpu1", "gpu2", "gpu3"], proc.stdout[-3000:] + proc.stderr[-3000:]
+    tokens = {g["token"] for g in got.values()}
+    assert len(tokens) == 1
+    token = tokens.pop()
+    assert len(token) == 48 and token.isalnum()
+    # the secret never reaches the play's output, even with -v
+    assert token not in proc.stdout and token not in proc.stderr
+    kimi = {h: g["args"]["kimi"] for h, g in got.items()}
+    # gpu3 has no Hub access: no share, hub false; the two shards go one to each Hub host
+    assert kimi["gpu1"]["hub_share"] == ["model-00001-of-000002.safetensors"]
+    assert kimi["gpu2"]["hub_share"] == ["model-00002-of-000002.safetensors", "config.json"]
+    assert kimi["gpu3"]["hub_share"] == [] and kimi["gpu3"]["hub"] is False
+    assert kimi["gpu1"]["hub"] is True and kimi["gpu2"]["hub"] is True
+    for host, args in kimi.items():
+        assert args["listing"] == LISTING
+        assert args["peer_token"] == token
+        assert args["peer_wait_timeout"] == 3600
+        assert [p["name"] for p in args["peers"]] == [h for h in ("gpu1", "gpu2", "gpu3") if h != host]
+    assert kimi["gpu3"]["peers"] == [
+        {"name": "gpu1", "url": "http://10.9.0.1:8370/kimi/%s/" % COMMIT, "share": ["model-00001-of-000002.safetensors"]},
+        {"name": "gpu2", "url": "http://10.9.0.2:8370/kimi/%s/" % COMMIT,
+         "share": ["model-00002-of-000002.safetensors", "config.json"]},
+    ]
+    assert kimi["gpu1"]["peers"][1] == {"name": "gpu3", "url": "http://10.9.0.3:8370/kimi/%s/" % COMMIT, "share": []}
+
+
+def test_no_host_with_hub_access_is_refused_with_the_fix(tmp_path):
+    proc, got = _run(tmp_path, {"gpu1": False, "gpu2": False})
+    assert got == {}
+    assert "no host of this play has model_peer_hub_access true" in proc.stdout
+
+
+def test_a_model_without_its_pinned_listing_is_refused(tmp_path):
+    proc, got = _run(tmp_path, {"gpu1": True}, listings={})
+    assert got == {}
+    assert "kimi has no pinned commit and listing" in proc.stdout
+    assert "run the role's pin.yml on every host of the play" in proc.stdout
