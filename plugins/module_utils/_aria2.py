@@ -23,6 +23,7 @@ import os
 import re
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -65,10 +66,16 @@ EXIT_CODES = {
 # gids are 16 hex digits; the results table shows only the first 6, so those carry the index.
 GID_WIDTH = 6
 
-Aria2File = collections.namedtuple("Aria2File", ["key", "url", "dir", "out", "sha256", "size"])
+# mirrors: more URIs of the same bytes (peers), tab-separated on the URI line; header: sent to those
+# URIs only (a peer's Authorization), in the input file, never on argv.
+Aria2File = collections.namedtuple("Aria2File", ["key", "url", "dir", "out", "sha256", "size", "mirrors", "header"],
+                                   defaults=((), None))
 # status: "OK", "ERR", "INPR" (still running when aria2 stopped), "RM" or "missing" (not in the table)
 FileOutcome = collections.namedtuple("FileOutcome", ["status", "code", "message", "http_status"])
-RunResult = collections.namedtuple("RunResult", ["returncode", "meaning", "outcomes", "retry_after", "stdout_tail"])
+# uri_errors: {uri: (code, message, http status)} of every URI that failed at least once (a mirror aria2
+# gave up on while another finished the file too), so the caller can drop a bad peer.
+RunResult = collections.namedtuple("RunResult", ["returncode", "meaning", "outcomes", "retry_after", "stdout_tail",
+                                                 "uri_errors"], defaults=({},))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,18 +118,30 @@ def render_input(files, proxy=None):
     """
     lines = []
     for index, item in enumerate(files):
+        uris = (item.url,) + tuple(item.mirrors or ())
         for bad in ("\n", "\r"):
-            if bad in item.url or bad in item.out or bad in item.dir:
-                raise ValueError("newline in a URL or path cannot go into an aria2 input file: %r" % item.out)
-        lines.append(item.url)
+            if any(bad in text for text in uris + (item.out, item.dir, item.header or "")):
+                raise ValueError("newline in a URL, path or header cannot go into an aria2 input file: %r" % item.out)
+        if any("\t" in uri for uri in uris):
+            raise ValueError("tab in a URL cannot go into an aria2 input file: %r" % item.out)
+        lines.append("\t".join(uris))
         lines.append("  dir=%s" % item.dir)
         lines.append("  out=%s" % item.out)
         lines.append("  gid=%s" % gid_for(index))
         if item.sha256:
             lines.append("  checksum=sha-256=%s" % item.sha256)
-        if proxy:
+        if item.header:
+            lines.append("  header=%s" % item.header)
+            # a peer's header must never reach a proxy: peers are on the cluster network
+            lines.append("  no-proxy=%s" % ",".join(sorted({_host_of(uri) for uri in uris})))
+        elif proxy:
             lines.append("  all-proxy=%s" % proxy)
     return "\n".join(lines) + "\n"
+
+
+def _host_of(uri):
+    host = urllib.parse.urlsplit(uri).hostname or ""
+    return host
 
 
 def write_input(path, text):
@@ -345,7 +364,7 @@ def _outcomes(files: Sequence[Aria2File], returncode: int, stdout: str, log_text
             message = explain(code) if code is not None else "aria2 stopped before this file finished"
         outcomes[item.key] = FileOutcome(status, code, message, http_status)
     tail = "\n".join(line for line in stdout.splitlines()[-20:])
-    return RunResult(returncode, explain(returncode), outcomes, retry_after, tail)
+    return RunResult(returncode, explain(returncode), outcomes, retry_after, tail, errors)
 
 
 def run(files: Sequence[Aria2File], workdir: str, settings: Aria2Settings, *, tick: Callable[[], Any] | None = None,

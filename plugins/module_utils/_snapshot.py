@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hub, _manifest, _paths, _secrets, _strays
-from ansible_collections.gpufleet.llm.plugins.module_utils import _transfer
+from ansible_collections.gpufleet.llm.plugins.module_utils import _peers, _transfer
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_listing as _listing
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_plan as _plan
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_staging as _staging
@@ -102,6 +102,7 @@ def snapshot(params: Mapping[str, Any], check_mode: bool = False,
         return run.go()
     except SnapshotError as exc:
         exc.mask(token)
+        exc.mask(params.get("peer_token"))
         raise
     except OSError as exc:
         # What the filesystem refused that no check above foresaw (a file where dest needs a folder,
@@ -110,8 +111,9 @@ def snapshot(params: Mapping[str, Any], check_mode: bool = False,
         err = SnapshotError("the filesystem refused an operation under %s: %s%s; fix that (a file where a folder must "
                             "be, permissions, a read-only or full filesystem) and run again"
                             % (params.get("dest"), _os_error(exc), _os_paths(exc)),
-                            exception=_secrets.mask(traceback.format_exc(), token))
+                            exception=_secrets.mask(traceback.format_exc(), token, params.get("peer_token")))
         err.mask(token)
+        err.mask(params.get("peer_token"))
         raise err from exc
 
 
@@ -125,8 +127,21 @@ def _os_paths(exc: OSError) -> str:
     return " at %s" % " -> ".join(str(p) for p in paths) if paths else ""
 
 
-def _row(item: _plan.Item, action: str) -> dict[str, Any]:
-    return {"path": item.remote.path, "size": item.remote.size, "action": action}
+def _row(item: _plan.Item, action: str, source: str | None = None) -> dict[str, Any]:
+    row = {"path": item.remote.path, "size": item.remote.size, "action": action}
+    if source is not None:
+        row["source"] = source
+    return row
+
+
+def _source(item: _plan.Item, origins: Mapping[str, str], failed: Mapping[str, str]) -> str | None:
+    """Where a placed file's bytes came from: a download of this run (hub, peer:<name>), a link, or
+    already there (present, also bytes an earlier run left verified in staging); None when it failed."""
+    if item.remote.path in failed:
+        return None
+    if item.action in ("present", "link"):
+        return item.action
+    return origins.get(item.key, "present")
 
 
 def _done_action(item: _plan.Item, failed: Mapping[str, str]) -> str:
@@ -158,6 +173,17 @@ class Run(object):
         self.timings = Timings()
         self.commit: str | None = None
         self.aria2c_path = find_aria2c(settings.aria2c)
+        # None: no peer fetching at all (no peer-status file either); [] : a fleet of one
+        self.peers = _peers.parse_peers(settings.peers) if settings.peers is not None else None
+        # hub_share's default: everything for a fleet of one (or no peers option), nothing with peers
+        self.hub_share = (set(settings.hub_share) if settings.hub_share is not None
+                          else (set() if self.peers else None))
+        self.dropped: list[dict[str, str]] = []
+
+    def _status(self, state: str, failed: Sequence[str] = ()) -> None:
+        """The peer-status file the other hosts read; written only when this run fetches with peers."""
+        if self.peers is not None and not self.check_mode and not self.resolve_only:
+            _peers.write_status(self.dest, state, failed)
 
     def go(self) -> dict[str, Any]:
         if self.resolve_only:
@@ -167,16 +193,29 @@ class Run(object):
         self._refuse_symlinked_meta()
         manifest = offline_manifest(self.settings)
         if manifest is not None:
+            self._status("done")
             return self._offline(manifest)
         items = self._list()
         if self.check_mode:
             return self._apply(items)
+        # dest only after the listing passed its checks (an untrusted answer touches nothing); then at
+        # once a fresh status, so a status a killed run left tells the peers nothing stale
         os.makedirs(self.dest, exist_ok=True)
+        self._status("fetching")
         try:
             with _manifest.DirLock(self.dest, timeout=self.settings.lock_timeout):
-                return self._apply(items)
+                res = self._apply(items)
         except _manifest.LockTimeout as exc:
+            self._status("failed")
             raise SnapshotError(str(exc))
+        except SnapshotError as exc:
+            self._status("failed", sorted(exc.details.get("failed") or {}))
+            raise
+        except BaseException:
+            self._status("failed")
+            raise
+        self._status("done")
+        return res
 
     def _refuse_symlinked_meta(self) -> None:
         """dest/.gpufleet and its staging dir are written as root: never through a link to elsewhere."""
@@ -189,7 +228,8 @@ class Run(object):
 
     def _offline(self, manifest: dict[str, Any]) -> dict[str, Any]:
         self.commit = manifest["commit"]
-        rows = [{"path": rel, "size": record["size"], "action": "present"} for rel, record in sorted(manifest["files"].items())]
+        rows = [{"path": rel, "size": record["size"], "action": "present", "source": "present"}
+                for rel, record in sorted(manifest["files"].items())]
         strays = _strays.scan_strays(self.dest, wanted=set(manifest["files"]), staging=self.staging)
         pruned = []
         if self.settings.prune_partials and not self.check_mode and any(s["kind"] == "partial" for s in strays):
@@ -292,7 +332,10 @@ class Run(object):
             strays = _strays.scan_strays(self.dest, wanted=wanted, staging=self.staging, staging_keys=set(to_fetch))
         changed = any(it.action != "present" for it in items) or (
             self.settings.prune_partials and any(s["kind"] == "partial" for s in strays))
-        res = self._result([_row(it, it.action) for it in items], fetched_bytes=0, strays=strays, pruned=[],
+        planned = {it.key: _peers.planned_source(it.remote.path, peers=self.peers or [], hub_share=self.hub_share)
+                   for it in items if it.action == "fetch"}
+        res = self._result([_row(it, it.action, _source(it, planned, {})) for it in items], fetched_bytes=0, strays=strays,
+                           pruned=[],
                            changed=changed)
         res["bytes_to_fetch"] = disk["needed_bytes"]
         res["disk"] = disk
@@ -309,9 +352,15 @@ class Run(object):
 
     def _new_transfer(self, fetching: Sequence[_plan.Item], progress: Progress) -> _transfer.Transfer:
         s = self.settings
-        source = _transfer.HubSource(
-            endpoint=s.endpoint_url, repo_id=s.repo_id, repo_type=s.repo_type, commit=self.commit, token=self.token,
-            use_token=self.use_token, timeout=s.timeout, opener=_hub.url_opener(s.proxy, s.validate_certs, s.ca_path))
+        source: Any = None
+        if s.hub:
+            source = _transfer.HubSource(
+                endpoint=s.endpoint_url, repo_id=s.repo_id, repo_type=s.repo_type, commit=self.commit, token=self.token,
+                use_token=self.use_token, timeout=s.timeout, opener=_hub.url_opener(s.proxy, s.validate_certs, s.ca_path))
+        if self.peers is not None:
+            source = _peers.PeerSource(self.peers, token=s.peer_token, hub=source, hub_share=self.hub_share,
+                                       wait_timeout=s.peer_wait_timeout, timeout=s.timeout, log=self.log,
+                                       opener=_peers.peer_opener(s.validate_certs, s.ca_path))
         aria2 = _aria2.Aria2Settings(
             aria2c=self.aria2c_path, connections=s.connections, splits=s.splits, parallel_files=s.parallel_files,
             min_split_size=s.min_split_size, timeout=s.timeout, retry_wait=s.retry_wait,
@@ -328,8 +377,9 @@ class Run(object):
                             items=list(_plan.unique_fetches(fetching).values()))
         bytes_before = progress.bytes_done() if progress.items else 0
         progress.write()
+        transfer = self._new_transfer(fetching, progress) if fetching else None
         try:
-            failed = self._new_transfer(fetching, progress).run() if fetching else {}
+            failed = transfer.run() if transfer else {}
         except _hub.TokenLeakError as exc:
             progress.write(state="failed", message="refused a URL that carries the token")
             raise SnapshotError("%s. Nothing was handed to aria2: the endpoint (or a proxy on the way) puts the token "
@@ -345,7 +395,10 @@ class Run(object):
         revision_changed = self._record(items, complete=not failed)
         if not failed:
             _staging.cleanup(self.dest)
-        rows = [_row(item, _done_action(item, failed)) for item in items]
+        if transfer is not None and hasattr(transfer.source, "dropped"):
+            self.dropped = transfer.source.dropped()
+        origins = transfer.origins if transfer is not None else {}
+        rows = [_row(item, _done_action(item, failed), _source(item, origins, failed)) for item in items]
         # A refreshed stat record (a file touched but still matching) is bookkeeping, not a change.
         changed = any(r["action"] in ("fetched", "resumed", "linked") for r in rows) or bool(pruned) or revision_changed
         res = self._result(rows, fetched_bytes=fetched_bytes, strays=strays, pruned=pruned, changed=changed)
@@ -411,4 +464,18 @@ class Run(object):
             "offline": offline,
             "check_mode": self.check_mode,
             "timings": self.timings.as_dict(),
+            **self._sources(rows),
         }
+
+    def _sources(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Bytes per source of the files this run placed (the check-mode plan: where they would come from)."""
+        from_peers: dict[str, int] = {}
+        hub = 0
+        for row in rows:
+            source = row.get("source") or ""
+            if source == "hub":
+                hub += row["size"]
+            elif source.startswith("peer:"):
+                from_peers[source[5:]] = from_peers.get(source[5:], 0) + row["size"]
+        return {"bytes_from_hub": hub, "bytes_from_peers": sum(from_peers.values()), "from_peers": from_peers,
+                "peers_dropped": list(self.dropped)}

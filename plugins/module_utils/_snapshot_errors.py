@@ -19,7 +19,8 @@ MAX_BACKOFF = 120.0
 
 # The keys of a partial result (a run that failed after it fetched some files) that the module's
 # failure shows: enough to see what landed, not the whole result.
-_PARTIAL_RESULT_KEYS = ("commit", "files", "bytes_fetched", "stray")
+_PARTIAL_RESULT_KEYS = ("commit", "files", "bytes_fetched", "stray", "bytes_from_hub", "bytes_from_peers", "from_peers",
+                        "peers_dropped")
 
 
 def backoff(retry_wait: float, attempt: int) -> float:

@@ -53,6 +53,7 @@ URL_REFUSED_STATUSES = (403, 410)
 # Files up to this size ride along in a batch without taking one of its parallel_files places: they
 # take moments, so they cannot hold a batch's large files back nor outlive their URLs.
 SMALL_FILE = 64 << 20
+MISMATCH = "downloaded bytes do not match the Hub's id"
 
 
 class SourceError(Exception):
@@ -65,8 +66,8 @@ class SourceError(Exception):
 
 
 class Resolution(NamedTuple):
-    """Where one file's bytes are this round: ``url`` (None: ``error``), fetched by aria2 unless
-    ``direct`` (the source's own ``download``)."""
+    """Where one file's bytes are this round: ``url`` (None: ``error``, or ``wait``), fetched by aria2
+    unless ``direct`` (the source's own ``download``)."""
 
     url: str | None
     direct: bool = False
@@ -74,6 +75,15 @@ class Resolution(NamedTuple):
     retry_after: float = 0.0
     # unix time after which the (signed) URL stops working; None when it does not say
     expires: float | None = None
+    # more URIs of the same bytes (peers: aria2 mirrors) and the header for them all (a peer's token)
+    mirrors: tuple[str, ...] = ()
+    header: str | None = None
+    # where the bytes come from: "hub" or "peer:<name>" (the result's per-file source)
+    origin: str = "hub"
+    # not a failure: the file is not published yet and its owner is still fetching it (no try used)
+    wait: bool = False
+    # no later round can fetch it either (e.g. no Hub access and no peer holds it): fail it now
+    final: bool = False
 
 
 class HubSource(object):
@@ -185,20 +195,38 @@ class Transfer(object):
             self.by_key.setdefault(item.key, []).append(item)
         self.pending = {key: group[0] for key, group in self.by_key.items()}
         self.errors: dict[str, str] = {}
+        # Tries are counted per file: a file waiting for its peer owner uses none while others fail.
+        self.tries: dict[str, int] = {}
+        self.given_up: dict[str, _snapshot_plan.Item] = {}
+        # content key -> "hub" or "peer:<name>", for the files a download of this run placed
+        self.origins: dict[str, str] = {}
 
     def run(self) -> dict[str, str]:
         """Fetch; returns {path: last error} of the files that could not be fetched."""
         _snapshot_staging.make_staging(self.dest)
-        for attempt in range(1, self.max_tries + 1):
+        while True:
             self._take_leftovers()
             if not self.pending:
                 break
-            wait_hint = _Round(self).run()
+            rnd = _Round(self)
+            wait_hint = rnd.run()
+            failing = [key for key in rnd.failed_keys if key in self.pending]
+            for key in failing:
+                self.tries[key] = self.tries.get(key, 0) + 1
+                if self.tries[key] >= self.max_tries or key in rnd.final_keys:
+                    self.given_up[key] = self.pending.pop(key)
             if not self.pending:
                 break
-            if attempt < self.max_tries:
-                self._pause(attempt, wait_hint)
-        failed = {item.remote.path: self.errors.get(item.remote.path, "not fetched") for item in self.pending.values()}
+            retrying = [key for key in failing if key in self.pending]
+            if retrying:
+                self._pause(max(self.tries[key] for key in retrying), wait_hint)
+            elif rnd.waiting:
+                # files not published yet by their owner: a short pause, then ask the peers again
+                self.source.pause()
+            else:
+                break  # nothing failed, nothing waits, yet files remain: never spin
+        left = list(self.given_up.values()) + list(self.pending.values())
+        failed = {item.remote.path: self.errors.get(item.remote.path, "not fetched") for item in left}
         self._link_duplicates(failed)
         return failed
 
@@ -227,7 +255,7 @@ class Transfer(object):
         # the errors quote what servers said: never the token in progress.json, whatever they echo
         self.progress.write(message=_secrets.mask("retrying %d file(s) in %.0f s: %s" % (
             len(self.pending), wait, "; ".join("%s: %s" % kv for kv in sorted(self.errors.items())[:3])),
-            getattr(self.source, "token", None)))
+            getattr(self.source, "token", None), getattr(self.source, "peer_token", None)))
         time.sleep(wait)
 
     def _link_duplicates(self, failed: dict[str, str]) -> None:
@@ -272,6 +300,10 @@ class _Round(object):
         self.hashes: dict[str, Any] = {}
         self.pool: ThreadPoolExecutor | None = None
         self.expires: dict[str, float | None] = {}
+        self.res: dict[str, Resolution] = {}
+        self.failed_keys: set[str] = set()
+        self.final_keys: set[str] = set()
+        self.waiting = False
 
     def run(self) -> float:
         """Returns the wait the servers asked for (Retry-After), 0 when none."""
@@ -287,8 +319,11 @@ class _Round(object):
         direct = []
         for item, res in resolved:
             self.expires[item.key] = res.expires
-            if res.url is None:
-                self._failed(item, res.error, res.retry_after)
+            self.res[item.key] = res
+            if res.wait:
+                self.waiting = True
+            elif res.url is None:
+                self._failed(item, res.error, res.retry_after, final=res.final)
             elif res.direct:
                 # The endpoint serves these bytes itself, with the token: never through aria2, which
                 # would resend the Authorization header to wherever a redirect of the GET points.
@@ -310,10 +345,18 @@ class _Round(object):
                 self._failed(item, result.error, result.retry_after)
             else:
                 item.sha256 = result.digest
-                self.t.placed(item)
+                self._placed(item)
 
-    def _failed(self, item: _snapshot_plan.Item, error: str, retry_after: float = 0.0) -> None:
+    def _placed(self, item: _snapshot_plan.Item) -> None:
+        res = self.res.get(item.key)
+        self.t.origins[item.key] = res.origin if res is not None else "hub"
+        self.t.placed(item)
+
+    def _failed(self, item: _snapshot_plan.Item, error: str, retry_after: float = 0.0, *, final: bool = False) -> None:
         self.t.errors[item.remote.path] = error
+        self.failed_keys.add(item.key)
+        if final:
+            self.final_keys.add(item.key)
         self.wait_hint = max(self.wait_hint, retry_after or 0.0)
 
     def _fetch_direct(self, item: _snapshot_plan.Item, url: str) -> _transfer_direct.DirectResult:
@@ -350,7 +393,8 @@ class _Round(object):
     def _aria2(self, batch: list[tuple[_snapshot_plan.Item, str]]) -> None:
         t = self.t
         # No checksum= for aria2: it would hash in its single thread after the transfer.
-        jobs = [_aria2.Aria2File(item.key, url, t.staging, item.key, None, item.remote.size) for item, url in batch]
+        jobs = [_aria2.Aria2File(item.key, url, t.staging, item.key, None, item.remote.size,
+                                 self.res[item.key].mirrors, self.res[item.key].header) for item, url in batch]
         self.batch = {item.key: item for item, url in batch}
         self.hashes = {}
         self.pool = ThreadPoolExecutor(max_workers=t.hash_workers or _hashing.default_workers())
@@ -371,6 +415,11 @@ class _Round(object):
             self.wait_hint = max(self.wait_hint, float(result.retry_after))
         for item, dummy in batch:
             self._settle(item, result.outcomes[item.key], hashed.get(item.key))
+            settled = getattr(t.source, "settled", None)
+            if settled is not None:
+                # the source learns which of its URIs failed or served bad bytes (a peer to drop)
+                settled(item, self.res[item.key], uri_errors=result.uri_errors,
+                        mismatch=self.t.errors.get(item.remote.path) == MISMATCH and item.key in self.failed_keys)
 
     def _settle(self, item: _snapshot_plan.Item, outcome: Any, hashed: tuple | None) -> None:
         """Place a file aria2 finished whose bytes match; otherwise record why not."""
@@ -390,9 +439,9 @@ class _Round(object):
             ok, digest = _snapshot_plan.verify_local(staged, item.remote)
         if ok:
             item.sha256 = digest
-            self.t.placed(item)
+            self._placed(item)
             return
-        self._failed(item, "downloaded bytes do not match the Hub's id")
+        self._failed(item, MISMATCH)
         _snapshot_staging.remove(staged, ctrl)
 
     def _settle_unfinished(self, item: _snapshot_plan.Item, outcome: Any, staged: str, ctrl: str) -> None:

@@ -6,11 +6,13 @@ real aria2c; peers are small Range-capable servers on loopback (peer_server.py; 
 integration target tests the real nginx of peer_serve). Faults are driven by bytes and events."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hashing, _snapshot
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import peer_server
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"
 
@@ -59,3 +61,205 @@ def test_listing_is_checked_like_the_hubs_answer(lab_hub, tmp_path):
     with pytest.raises(_snapshot.SnapshotError) as err:
         run(lab_hub, tmp_path / "d", revision=commit, hub=False)
     assert "hub=false needs listing" in err.value.msg
+
+
+# ----------------------------------------------------------------------------- peers
+PEER_TOKEN = "peerTOKENfakeNOTaSECRET0000000001"
+SELECTION = ["*.safetensors", "config.json"]
+SHARDS = ["model-0000%d-of-000004.safetensors" % n for n in (1, 2, 3, 4)]
+
+
+@pytest.fixture
+def seed(lab_hub, aria2c, tmp_path):
+    """(commit, listing, seed dir): the selection fetched once from the Hub, then the Hub's log cleared."""
+    res = listed(lab_hub, tmp_path, allow_patterns=SELECTION)
+    listing = [{k: row[k] for k in ("path", "size", "sha256", "blob_id")} for row in res["files"]]
+    seed_dir = tmp_path / "seed"
+    run(lab_hub, seed_dir, revision=res["commit"], listing=listing)
+    lab_hub.reset()
+    return res["commit"], listing, seed_dir
+
+
+@pytest.fixture
+def peers(tmp_path):
+    started = []
+
+    def make(name, paths, seed_dir, host, **faults):
+        root = tmp_path / ("peer-" + name)
+        root.mkdir()
+        for path in paths:
+            os.link(seed_dir / path, root / path)
+        server = peer_server.PeerServer(root, PEER_TOKEN, host=host, **faults)
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+def peer_args(commit, listing, *servers, shares=None, **params):
+    shares = shares or {}
+    args = dict(revision=commit, listing=listing, peer_token=PEER_TOKEN,
+                peers=[{"name": name, "url": server.url, "share": shares.get(name, [])} for name, server in servers])
+    args.update(params)
+    return args
+
+
+def hub_files(hub, listing):
+    """Paths of the files whose bodies the lab Hub served (its API for small files, its CDN by sha256)."""
+    by_name = {e["sha256"]: e["path"] for e in listing if e["sha256"]}
+    by_name.update({e["path"].rsplit("/", 1)[-1]: e["path"] for e in listing})
+    return {by_name.get(e["path"].rsplit("/", 1)[-1], e["path"]) for e in hub.log() + hub.log(server="cdn")
+            if e["method"] == "GET" and e["bytes_sent"]}
+
+
+def scan_for(root, secret):
+    hits = []
+    for folder, dummy, names in os.walk(root):
+        for name in names:
+            with open(os.path.join(folder, name), "rb") as handle:
+                if secret.encode() in handle.read():
+                    hits.append(os.path.join(folder, name))
+    return hits
+
+
+def assert_tree_verified(dest, listing):
+    for entry in listing:
+        path = os.path.join(str(dest), entry["path"])
+        assert os.path.getsize(path) == entry["size"]
+        if entry["sha256"]:
+            assert _hashing.sha256_file(path) == entry["sha256"]
+        else:
+            assert _hashing.git_blob_sha1(path) == entry["blob_id"]
+
+
+def status_of(dest):
+    with open(os.path.join(str(dest), ".gpufleet", "peer-status.json")) as handle:
+        return json.load(handle)
+
+
+def test_all_files_from_peers_no_hub_byte_token_never_on_argv(lab_hub, seed, peers, tmp_path, monkeypatch):
+    commit, listing, seed_dir = seed
+    paths = [e["path"] for e in listing]
+    one = peers("gpu2", paths, seed_dir, "127.0.0.3")
+    two = peers("gpu3", paths, seed_dir, "127.0.0.4")
+    one.status("done")
+    two.status("done")
+    argvs = []
+    real_start = _aria2._start
+
+    def spy(argv, out_file):
+        argvs.append(list(argv))
+        return real_start(argv, out_file)
+
+    monkeypatch.setattr(_aria2, "_start", spy)
+    dest = tmp_path / "d"
+    res = run(lab_hub, dest, **peer_args(commit, listing, ("gpu2", one), ("gpu3", two), hub_share=[]))
+    total = sum(e["size"] for e in listing)
+    assert res["changed"] and res["bytes_from_hub"] == 0 and res["bytes_from_peers"] == total
+    assert sum(res["from_peers"].values()) == total and res["peers_dropped"] == []
+    assert {r["source"] for r in res["files"]} <= {"peer:gpu2", "peer:gpu3"}
+    assert hub_files(lab_hub, listing) == set()  # the Hub's own log: not one body
+    assert_tree_verified(dest, listing)
+    assert status_of(dest) == {"state": "done", "failed": []}
+    # the token went to the peers (every request carried it) and nowhere else
+    assert all(e["auth_ok"] for e in one.log + two.log)
+    assert argvs and not any(PEER_TOKEN in arg for argv in argvs for arg in argv)
+    assert PEER_TOKEN not in json.dumps(res) and not scan_for(dest, PEER_TOKEN)
+    # a re-run moves nothing
+    sent = one.bytes_sent() + two.bytes_sent()
+    again = run(lab_hub, dest, **peer_args(commit, listing, ("gpu2", one), ("gpu3", two), hub_share=[]))
+    assert not again["changed"] and again["bytes_fetched"] == 0 and again["bytes_from_peers"] == 0
+    assert one.bytes_sent() + two.bytes_sent() == sent and hub_files(lab_hub, listing) == set()
+    assert status_of(dest)["state"] == "done"
+
+
+def test_own_share_from_the_hub_the_rest_once_its_owner_publishes(lab_hub, seed, peers, tmp_path):
+    commit, listing, seed_dir = seed
+    mine = ["config.json", SHARDS[0], SHARDS[3]]
+    theirs = [SHARDS[1], SHARDS[2]]
+    hold = tmp_path / "unpublished"
+    hold.mkdir()
+    for path in theirs:
+        os.link(seed_dir / path, hold / path)
+    # the owner holds nothing yet; each of its files appears (renamed into its tree) right after
+    # the first request that misses it: the module must wait for that, not fetch it from the Hub
+    owner = peers("gpu2", [], seed_dir, "127.0.0.3", publish_on_miss={p: str(hold / p) for p in theirs})
+    owner.status("fetching")
+    dest = tmp_path / "d"
+    res = run(lab_hub, dest, **peer_args(commit, listing, ("gpu2", owner), shares={"gpu2": theirs}, hub_share=mine))
+    sources = {r["path"]: r["source"] for r in res["files"]}
+    assert sources == dict({p: "hub" for p in mine}, **{p: "peer:gpu2" for p in theirs})
+    assert hub_files(lab_hub, listing) == set(mine)
+    assert res["bytes_from_peers"] == sum(e["size"] for e in listing if e["path"] in theirs)
+    assert_tree_verified(dest, listing)
+
+
+def test_corrupting_peer_is_dropped_and_nothing_bad_lands(lab_hub, seed, peers, tmp_path):
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[0]]
+    bad = peers("bad", [SHARDS[0]], seed_dir, "127.0.0.3", corrupt=True)
+    good = peers("good", [SHARDS[0]], seed_dir, "127.0.0.4")
+    for server in (bad, good):
+        server.status("done")
+    dest = tmp_path / "d"
+    res = run(lab_hub, dest, **peer_args(commit, shard, ("bad", bad), ("good", good), hub_share=[]))
+    assert [r["source"] for r in res["files"]] == ["peer:good"]
+    assert [d["name"] for d in res["peers_dropped"]] == ["bad"] and "hash" in res["peers_dropped"][0]["reason"]
+    assert hub_files(lab_hub, listing) == set()
+    assert_tree_verified(dest, shard)
+
+
+def test_peer_dying_mid_file_then_the_hub(lab_hub, seed, peers, tmp_path):
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[1]]
+    dying = peers("gpu2", [SHARDS[1]], seed_dir, "127.0.0.3", die_after=1 << 20)
+    dying.status("fetching")
+    dest = tmp_path / "d"
+    res = run(lab_hub, dest, **peer_args(commit, shard, ("gpu2", dying), shares={"gpu2": [SHARDS[1]]}, hub_share=[]))
+    assert [r["source"] for r in res["files"]] == ["hub"]
+    assert [d["name"] for d in res["peers_dropped"]] == ["gpu2"]
+    assert hub_files(lab_hub, listing) == {SHARDS[1]}
+    assert_tree_verified(dest, shard)
+
+
+def test_owner_gone_or_failed_means_the_hub(lab_hub, seed, peers, tmp_path):
+    commit, listing, seed_dir = seed
+    two = [e for e in listing if e["path"] in SHARDS[2:]]
+    failed = peers("gpu2", [], seed_dir, "127.0.0.3")
+    failed.status("failed", [SHARDS[2]])
+    gone = peers("gpu3", [], seed_dir, "127.0.0.4")
+    gone.stop()
+    dest = tmp_path / "d"
+    res = run(lab_hub, dest, **peer_args(commit, two, ("gpu2", failed), ("gpu3", gone),
+                                         shares={"gpu2": [SHARDS[2]], "gpu3": [SHARDS[3]]}, hub_share=[]))
+    assert {r["source"] for r in res["files"]} == {"hub"}
+    assert [d["name"] for d in res["peers_dropped"]] == ["gpu3"]
+    assert "unreachable" in res["peers_dropped"][0]["reason"]
+    assert hub_files(lab_hub, listing) == set(SHARDS[2:])
+
+
+def test_no_hub_access_and_no_peer_fails_clearly(lab_hub, seed, peers, tmp_path):
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[0]]
+    owner = peers("gpu2", [], seed_dir, "127.0.0.3")
+    owner.status("done")
+    dest = tmp_path / "d"
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        run(lab_hub, dest, **peer_args(commit, shard, ("gpu2", owner), shares={"gpu2": [SHARDS[0]]}, hub=False))
+    assert "no Hub access" in err.value.msg and SHARDS[0] in err.value.msg
+    assert PEER_TOKEN not in err.value.msg and not scan_for(dest, PEER_TOKEN)
+    assert status_of(dest) == {"state": "failed", "failed": [SHARDS[0]]}
+    assert lab_hub.log() == [] and not os.path.exists(dest / SHARDS[0])
+
+
+def test_check_mode_says_where_files_would_come_from(lab_hub, seed, peers, tmp_path):
+    commit, listing, seed_dir = seed
+    owner = peers("gpu2", [], seed_dir, "127.0.0.3")
+    res = _snapshot.snapshot(dict(repo_id=TARGET, dest=str(tmp_path / "d"), endpoint=lab_hub.api, min_free_bytes=0,
+                                  **peer_args(commit, listing, ("gpu2", owner), shares={"gpu2": SHARDS},
+                                              hub_share=["config.json"])), check_mode=True)
+    sources = {r["path"]: r["source"] for r in res["files"]}
+    assert sources == dict({"config.json": "hub"}, **{p: "peer:gpu2" for p in SHARDS})
+    assert owner.log == [] and not (tmp_path / "d").exists()

@@ -1,0 +1,295 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) gpufleet.llm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The peer source: files of a commit from the other hosts of a fleet, the Hub last.
+
+Private to the collection: not a public API, may change without notice.
+
+Every host fetches its share (``hub_share``) from the Hub and publishes each verified file through
+its peer server (peer_serve: nginx, a bearer token). ``PeerSource`` is a _transfer source like
+HubSource: for each pending file it asks every live peer (``HEAD`` with the token: 200 with the
+listing's size means it holds the file) and hands aria2 all holders at once as mirrors. A file no
+peer holds yet is waited for (not a failed try) while its owner, the peer whose share lists it, is
+alive and its peer-status says it is still fetching; once the owner is gone, done or failed without
+it, or ``peer_wait_timeout`` passed, the Hub serves it (never with ``hub=false``: then it fails).
+
+A peer that refuses a connection, answers an error, ends a body early or serves bytes that fail the
+hash is dropped for the rest of the run. Its token goes only to peer URLs: HEADs here (no proxy, no
+redirect followed) and aria2's ``header=`` in its 0600 input file, never to the Hub nor on argv.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError
+from ansible_collections.gpufleet.llm.plugins.module_utils._transfer import Resolution
+
+STATUS_FILE = "peer-status.json"
+STATES = ("fetching", "done", "failed")
+# Between two looks at the peers while files wait for their owners: short, so a published file is
+# taken soon; bounded, so the peers are not hammered. Nothing waits on its exact length.
+POLL_PAUSE = 1.0
+HEAD_THREADS = 8
+# A peer-status file is a few paths; anything bigger is not one.
+MAX_STATUS_BYTES = 4 << 20
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,100}$")
+
+
+@dataclasses.dataclass
+class Peer:
+    """One peer and what this run learnt of it: its state, and why it was dropped (None: live)."""
+
+    name: str
+    url: str
+    share: frozenset
+    state: str = "unknown"  # unknown (server up, no status yet), fetching, done, failed
+    failed: frozenset = frozenset()
+    dropped: str | None = None
+
+
+def parse_peers(raw: Sequence[Any] | None) -> list[Peer]:
+    """``peers`` as Peer objects; SnapshotError naming the bad entry and the fix."""
+    peers = []
+    for index, entry in enumerate(raw or []):
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) or not isinstance(entry.get("url"), str):
+            raise SnapshotError("peers entry %d must be a dict with name, url and share, got %s" % (index, _hub.shown(entry)))
+        name, url, share = entry["name"], entry["url"], entry.get("share") or []
+        if not _NAME.match(name):
+            raise SnapshotError("peers entry %d: name %s must be a host name (letters, digits, . _ : -)" % (index, _hub.shown(name)))
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or not url.endswith("/") or parts.query or parts.fragment:
+            raise SnapshotError("peers entry %d (%s): url %s must be an http(s) URL of the peer's copy of this commit "
+                                "directory, ending in '/'" % (index, name, _hub.shown(url)))
+        if not isinstance(share, list) or not all(isinstance(p, str) for p in share):
+            raise SnapshotError("peers entry %d (%s): share must be a list of paths" % (index, name))
+        if name in {p.name for p in peers}:
+            raise SnapshotError("peers entry %d: name %s is given twice" % (index, name))
+        peers.append(Peer(name=name, url=url, share=frozenset(share)))
+    return peers
+
+
+def write_status(dest: str, state: str, failed: Sequence[str] = ()) -> None:
+    """``<dest>/.gpufleet/peer-status.json``, atomically: what the peers read about this run."""
+    os.makedirs(_manifest.meta_dir(dest), exist_ok=True)
+    _manifest.atomic_write_json(os.path.join(_manifest.meta_dir(dest), STATUS_FILE),
+                                {"state": state, "failed": sorted(failed)})
+
+
+def peer_opener(validate_certs: bool = True, ca_path: str | None = None) -> urllib.request.OpenerDirector:
+    """No proxy (peers are on the cluster network; a proxy would see the token), no redirect followed."""
+    handlers: list[Any] = [urllib.request.ProxyHandler({}), _hub.NoRedirect()]
+    handlers.append(urllib.request.HTTPSHandler(context=_hub.ssl_context(validate_certs, ca_path)))
+    return urllib.request.build_opener(*handlers)
+
+
+def _gone(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", exc)
+    return "unreachable (%s: %s)" % (type(reason).__name__, reason)
+
+
+class PeerSource(object):
+    """A _transfer source: live peers first, the Hub (``hub``, a HubSource or None) last."""
+
+    def __init__(self, peers: Sequence[Peer], *, token: str, hub: Any, hub_share: set[str] | None, wait_timeout: float,
+                 timeout: float, opener: Any, log: Callable[[str], None]) -> None:
+        self.peers = list(peers)
+        self.peer_token = token
+        self.hub = hub
+        self.token = getattr(hub, "token", None)  # the Hub's, for masking in progress messages
+        self.hub_share = hub_share  # None: every file is this host's own share
+        self.deadline = time.monotonic() + wait_timeout
+        self.timeout = timeout
+        self.opener = opener
+        self.log = log
+        self.solo: set[str] = set()  # content keys to fetch from one peer at a time (a multi-peer mismatch)
+        self.tried: dict[str, set[str]] = {}  # key -> peers a solo try used
+
+    # -- what the peers say --------------------------------------------------------------------
+    def _request(self, url: str, method: str) -> Any:
+        req = urllib.request.Request(url, method=method, headers={"User-Agent": _hub.USER_AGENT,
+                                                                 "Accept-Encoding": "identity"})
+        req.add_unredirected_header("Authorization", "Bearer %s" % self.peer_token)
+        return self.opener.open(req, timeout=self.timeout)
+
+    def drop(self, peer: Peer, reason: str) -> None:
+        if peer.dropped is None:
+            peer.dropped = reason
+            self.log("peer %s dropped: %s" % (peer.name, reason))
+
+    def file_url(self, peer: Peer, path: str) -> str:
+        return peer.url + urllib.parse.quote(path, safe="/")
+
+    def _head(self, pair: tuple[Peer, Any]) -> tuple[Peer, str, bool, str | None]:
+        """(peer, path, holds it, reason to drop the peer or None)."""
+        peer, item = pair
+        path, size = item.remote.path, item.remote.size
+        try:
+            with self._request(self.file_url(peer, path), "HEAD") as resp:
+                length = resp.headers.get("Content-Length")
+            if length is not None and length.strip().isdigit() and int(length) == size:
+                return peer, path, True, None
+            return peer, path, False, "HEAD %s: Content-Length %s, the listing says %d" % (path, _hub.shown(length), size)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return peer, path, False, None
+            return peer, path, False, "HEAD %s: HTTP %d" % (path, exc.code)
+        except (OSError, http.client.HTTPException) as exc:
+            return peer, path, False, _gone(exc)
+
+    def refresh_status(self, peer: Peer) -> None:
+        """The owner's peer-status: 404 means its server is up and its run has not started yet."""
+        try:
+            with self._request(peer.url + "%s/%s" % (_manifest.META_DIR, STATUS_FILE), "GET") as resp:
+                raw = resp.read(MAX_STATUS_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                peer.state = "unknown"
+            else:
+                self.drop(peer, "peer-status: HTTP %d" % exc.code)
+            return
+        except (OSError, http.client.HTTPException) as exc:
+            self.drop(peer, _gone(exc))
+            return
+        try:
+            status = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_STATUS_BYTES else None
+        except ValueError:
+            status = None
+        if not isinstance(status, dict) or status.get("state") not in STATES or not isinstance(status.get("failed", []), list):
+            self.drop(peer, "peer-status is not a peer-status file")
+            return
+        peer.state = status["state"]
+        peer.failed = frozenset(p for p in status.get("failed", []) if isinstance(p, str))
+
+    def holders(self, items: Sequence[Any]) -> dict[str, list[Peer]]:
+        """{path: live peers holding it}; peers that answer wrong are dropped on the way."""
+        pairs = [(peer, item) for item in items for peer in self.peers if peer.dropped is None]
+        found: dict[str, list[Peer]] = {item.remote.path: [] for item in items}
+        if not pairs:
+            return found
+        with ThreadPoolExecutor(max_workers=min(HEAD_THREADS, len(pairs))) as pool:
+            answers = list(pool.map(self._head, pairs))
+        for peer, path, holds, reason in answers:
+            if reason is not None:
+                self.drop(peer, reason)
+        for peer, path, holds, reason in answers:
+            if holds and peer.dropped is None:
+                found[path].append(peer)
+        return found
+
+    # -- the source interface ------------------------------------------------------------------
+    def owner(self, path: str) -> Peer | None:
+        for peer in self.peers:
+            if path in peer.share:
+                return peer
+        return None
+
+    def _owner_verdict(self, item: Any) -> str:
+        """``wait`` (the owner may still publish it), ``hub`` (it will not), ``timeout``."""
+        owner = self.owner(item.remote.path)
+        if owner is None or owner.dropped is not None:
+            return "hub"
+        self.refresh_status(owner)
+        if owner.dropped is not None or owner.state in ("done", "failed") or item.remote.path in owner.failed:
+            return "hub"
+        return "timeout" if time.monotonic() >= self.deadline else "wait"
+
+    def _to_peers(self, item: Any, holding: list[Peer]) -> Resolution:
+        if item.key in self.solo:
+            # a mismatch from several peers at once: one peer at a time finds the bad one
+            tried = self.tried.setdefault(item.key, set())
+            fresh = [p for p in holding if p.name not in tried] or holding
+            holding = fresh[:1]
+            tried.add(holding[0].name)
+        urls = [self.file_url(peer, item.remote.path) for peer in holding]
+        return Resolution(urls[0], mirrors=tuple(urls[1:]), header="Authorization: Bearer %s" % self.peer_token,
+                          origin="peer:%s" % holding[0].name)
+
+    def _no_hub(self, item: Any, verdict: str) -> Resolution:
+        owner = self.owner(item.remote.path)
+        why = ("its owner %s is %s" % (owner.name, owner.dropped or owner.state) if owner
+               else "no peer's share lists it")
+        if verdict == "timeout":
+            why = "peer_wait_timeout passed while its owner %s was still fetching" % owner.name
+        return Resolution(None, error="this host has no Hub access (hub=false) and no peer holds %s (%s): give the host "
+                                      "Hub access or a peer that fetches the file" % (item.remote.path, why), final=True)
+
+    def resolve(self, items: Sequence[Any]) -> list[tuple[Any, Resolution]]:
+        found = self.holders(items)
+        out: list[tuple[Any, Resolution]] = []
+        to_hub = []
+        for item in items:
+            path = item.remote.path
+            holding = [p for p in found[path] if p.dropped is None]
+            if holding:
+                out.append((item, self._to_peers(item, holding)))
+                continue
+            own = self.hub_share is None or path in self.hub_share
+            verdict = "hub" if own else self._owner_verdict(item)
+            if verdict == "hub" and not own:
+                # the owner just finished: one more look, so a file published in between is not taken from the Hub
+                holding = [p for p in self.holders([item])[path] if p.dropped is None]
+                if holding:
+                    out.append((item, self._to_peers(item, holding)))
+                    continue
+            if verdict == "wait":
+                out.append((item, Resolution(None, wait=True)))
+            elif self.hub is None:
+                out.append((item, self._no_hub(item, verdict)))
+            else:
+                to_hub.append(item)
+        if to_hub:
+            out.extend(self.hub.resolve(to_hub))
+        return out
+
+    def download(self, url: str, out_path: str, size: int | None = None) -> None:
+        # direct downloads are the Hub's own (gated repos' small files); peers always go through aria2
+        self.hub.download(url, out_path, size)
+
+    def settled(self, item: Any, res: Resolution, *, uri_errors: Mapping[str, Any], mismatch: bool) -> None:
+        """After aria2: drop each peer whose URI failed; a hash mismatch drops a lone peer, or makes
+        the file go one peer at a time when several served it."""
+        if not res.origin.startswith("peer:") or res.url is None:
+            return
+        urls = (res.url,) + tuple(res.mirrors)
+        for url in urls:
+            if url in uri_errors:
+                code, message, dummy = uri_errors[url]
+                self.drop(self._peer_of(url), "GET %s: aria2 error %s: %s" % (item.remote.path, code, message))
+        if mismatch and len(urls) == 1:
+            self.drop(self._peer_of(urls[0]), "served bytes of %s that fail its hash" % item.remote.path)
+        elif mismatch:
+            self.solo.add(item.key)
+
+    def _peer_of(self, url: str) -> Peer:
+        return max((p for p in self.peers if url.startswith(p.url)), key=lambda p: len(p.url))
+
+    def pause(self) -> None:
+        time.sleep(POLL_PAUSE)
+
+    def dropped(self) -> list[dict[str, str]]:
+        return [{"name": p.name, "reason": p.dropped} for p in self.peers if p.dropped is not None]
+
+
+def planned_source(path: str, *, peers: Sequence[Peer], hub_share: set[str] | None) -> str:
+    """Check mode: where a file to fetch would come from, without asking anyone."""
+    if hub_share is None or path in hub_share:
+        return "hub"
+    for peer in peers:
+        if path in peer.share:
+            return "peer:%s" % peer.name
+    return "hub"
+
