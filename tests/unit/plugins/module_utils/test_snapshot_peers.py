@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hashing, _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hashing, _hub, _peers, _snapshot, _transfer
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import peer_server
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"
@@ -263,3 +263,77 @@ def test_check_mode_says_where_files_would_come_from(lab_hub, seed, peers, tmp_p
     sources = {r["path"]: r["source"] for r in res["files"]}
     assert sources == dict({"config.json": "hub"}, **{p: "peer:gpu2" for p in SHARDS})
     assert owner.log == [] and not (tmp_path / "d").exists()
+
+
+# ----------------------------------------------------------------------------- without a network
+class _Item(object):
+    def __init__(self, path, size=10):
+        self.remote = _hub.RemoteFile(path=path, size=size, blob_id="b" * 40, sha256="c" * 64, lfs=True)
+        self.key = "c" * 64
+
+
+def _source(*names):
+    peers = [_peers.Peer(name=n, url="http://10.0.0.%d:8370/m/c/" % i, share=frozenset()) for i, n in enumerate(names, 1)]
+    return _peers.PeerSource(peers, token=PEER_TOKEN, hub=None, hub_share=set(), wait_timeout=0, timeout=1,
+                             opener=None, log=lambda msg: None), peers
+
+
+def test_a_multi_peer_mismatch_goes_one_peer_at_a_time_to_find_the_bad_one():
+    source, peers = _source("a", "b")
+    item = _Item("x.safetensors")
+    res = source._to_peers(item, peers)  # pylint: disable=protected-access
+    assert res.mirrors and res.header == "Authorization: Bearer %s" % PEER_TOKEN and res.origin == "peer:a"
+    source.settled(item, res, uri_errors={}, mismatch=True)
+    assert source.dropped() == []  # which one lied is not known yet
+    first = source._to_peers(item, peers)  # pylint: disable=protected-access
+    assert first.mirrors == () and first.origin == "peer:a"
+    source.settled(item, first, uri_errors={}, mismatch=True)
+    assert [d["name"] for d in source.dropped()] == ["a"]
+    second = source._to_peers(item, [p for p in peers if p.dropped is None])  # pylint: disable=protected-access
+    assert second.origin == "peer:b" and second.mirrors == ()
+
+
+def test_a_failed_uri_drops_its_peer_and_a_hub_download_drops_nobody():
+    source, peers = _source("a", "b")
+    item = _Item("x.safetensors")
+    res = source._to_peers(item, peers)  # pylint: disable=protected-access
+    source.settled(item, res, uri_errors={res.mirrors[0]: (1, "Connection refused", None)}, mismatch=False)
+    assert source.dropped() == [{"name": "b", "reason": "GET x.safetensors: aria2 error 1: Connection refused"}]
+    source.settled(item, _transfer.Resolution("http://cdn/x"), uri_errors={"http://cdn/x": (1, "x", None)}, mismatch=True)
+    assert len(source.dropped()) == 1
+
+
+@pytest.mark.parametrize("peers, needle", [
+    ([{"name": "a", "url": "http://10.0.0.1:8370/m/c"}], "ending in '/'"),
+    ([{"name": "a", "url": "ftp://10.0.0.1/m/c/"}], "http(s) URL"),
+    ([{"name": "a b", "url": "http://10.0.0.1/m/c/"}], "host name"),
+    ([{"url": "http://10.0.0.1/m/c/"}], "dict with name, url and share"),
+    ([{"name": "a", "url": "http://10.0.0.1/c/", "share": "x"}], "share must be a list"),
+    ([{"name": "a", "url": "http://10.0.0.1/c/"}, {"name": "a", "url": "http://10.0.0.2/c/"}], "given twice"),
+])
+def test_bad_peers_fail_before_any_request(peers, needle):
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        _peers.parse_peers(peers)
+    assert needle in err.value.msg
+
+
+def test_peer_token_is_required_with_peers(tmp_path):
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        _snapshot.snapshot(dict(repo_id=TARGET, dest=str(tmp_path / "d"), revision="a" * 40, listing=[],
+                                peers=[{"name": "a", "url": "http://10.0.0.1/c/"}]))
+    assert "peer_token" in err.value.msg
+
+
+def test_aria2_gets_mirrors_and_the_header_in_its_input_file_only():
+    files = [_aria2.Aria2File("k", "http://10.0.0.1:8370/c/a.bin", "/d/s", "k", None, 5,
+                              ("http://10.0.0.2:8370/c/a.bin",), "Authorization: Bearer %s" % PEER_TOKEN),
+             _aria2.Aria2File("h", "http://cdn/b?sig=1", "/d/s", "h", None, 5)]
+    text = _aria2.render_input(files, proxy="http://proxy:3128")
+    lines = text.splitlines()
+    assert lines[0] == "http://10.0.0.1:8370/c/a.bin\thttp://10.0.0.2:8370/c/a.bin"
+    block = text.split("http://cdn/b?sig=1")
+    assert "header=Authorization: Bearer %s" % PEER_TOKEN in block[0] and "no-proxy=10.0.0.1,10.0.0.2" in block[0]
+    assert "all-proxy" not in block[0] and "header" not in block[1] and "all-proxy=http://proxy:3128" in block[1]
+    argv = _aria2.build_argv("aria2c", "/d/in", "/d/log", connections=4, splits=4, parallel_files=2,
+                             min_split_size="1M", timeout=5, retry_wait=1, validate_certs=True, ca_path=None)
+    assert not any(PEER_TOKEN in arg or "header" in arg for arg in argv)

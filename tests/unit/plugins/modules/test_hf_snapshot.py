@@ -63,3 +63,15 @@ def test_unknown_repo_and_revision(lab_hub, tmp_path, capsys):
 def test_bad_parameters(tmp_path, capsys):
     res, dummy = call(dict(repo_id=TARGET, dest=str(tmp_path), connections=32), capsys)
     assert res["failed"] and "1-16" in res["msg"]
+
+
+def test_peer_token_never_in_the_output(lab_hub, aria2c, tmp_path, capsys):
+    token = "peerTOKENfakeNOTaSECRET0000000002"
+    commit = lab_hub.files_at(TARGET, "main")[0]
+    # hub=false, no peer holds the file and its owner is gone (nothing listens): a clean failure
+    args = dict(repo_id=TARGET, revision=commit, dest=str(tmp_path / "p"), min_free_bytes=0, hub=False,
+                listing=[{"path": "config.json", "size": 3, "sha256": None, "blob_id": "a" * 40}],
+                peers=[{"name": "gpu2", "url": "http://127.0.0.9:9/m/%s/" % commit, "share": ["config.json"]}],
+                peer_token=token)
+    res, raw = call(args, capsys)
+    assert res["failed"] and "no Hub access" in res["msg"] and token not in raw
