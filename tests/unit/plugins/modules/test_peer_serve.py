@@ -1,0 +1,158 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""peer_serve end to end, in-process, against scripted systemctl / systemd-run / journalctl / nginx whose
+argv are logged: the token never reaches a command line or the result, start / unchanged / restart / stop,
+check mode changes nothing, nginx's refusals and a missing nginx are clear failures."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from ansible_collections.gpufleet.llm.plugins.module_utils import _peer_nginx
+from ansible_collections.gpufleet.llm.plugins.modules import peer_serve
+from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
+
+TOKEN = "peerToken-0123456789abcdef"
+# The unit's state lives in a file: systemd-run makes it active (and writes the pid file nginx would),
+# systemctl stop makes it not-found (a collected transient unit).
+SYSTEMCTL = """
+case "$1" in
+  show) if [ -f "$STATE" ]; then echo LoadState=loaded; echo ActiveState=active; echo SubState=running;
+        else echo LoadState=not-found; echo ActiveState=inactive; echo SubState=dead; fi ;;
+  stop) rm -f "$STATE" ;;
+esac
+"""
+SYSTEMD_RUN = """
+[ -n "$FAIL_START" ] && exit 0
+conf=""; prev=""
+for a in "$@"; do [ "$prev" = "-c" ] && conf=$a; prev=$a; done
+touch "$STATE"; echo 4242 > "$(dirname "$conf")/nginx.pid"
+"""
+NGINX = """
+if [ -n "$NGINX_REFUSES" ]; then
+  echo "nginx: [emerg] bad line: $(grep Bearer "$4")" >&2; exit 1
+fi
+"""
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """The fake tools first on PATH, the run base in tmp_path; returns the paths the tests read."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "calls.log"
+    for name, body in (("systemctl", SYSTEMCTL), ("systemd-run", SYSTEMD_RUN), ("journalctl", "echo \"bind() failed\""),
+                       ("nginx", NGINX)):
+        path = bindir / name
+        path.write_text("#!/bin/sh\necho %s \"$@\" >> %s\n%s\n" % (name, calls, body))
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ.get("PATH", "")))
+    monkeypatch.setenv("STATE", str(tmp_path / "unit.active"))
+    monkeypatch.setattr(_peer_nginx, "RUN_BASE", str(tmp_path / "run"))
+    root = tmp_path / "models"
+    (root / "kimi" / "c1").mkdir(parents=True)
+    return dict(calls=calls, root=root, nginx=str(bindir / "nginx"), run=tmp_path / "run" / "fleet",
+                state=tmp_path / "unit.active")
+
+
+def args(fake, **over):
+    out = dict(name="fleet", root=str(fake["root"]), paths=["kimi/c1"], listen="10.231.0.12", token=TOKEN,
+               runtime_max_sec=900, nginx=fake["nginx"])
+    out.update(over)
+    return out
+
+
+def test_start_puts_the_token_in_the_0600_config_only(capsys, fake):
+    res = run_module(peer_serve.main, capsys, args(fake), forbidden=TOKEN)
+    assert res["_rc"] == 0 and res["changed"] and res["action"] == "start"
+    assert res["url"] == "http://10.231.0.12:8370/" and res["unit"] == "gpufleet-peer-fleet.service"
+    calls = fake["calls"].read_text()
+    assert TOKEN not in calls
+    assert ("systemd-run --unit gpufleet-peer-fleet.service --collect --description gpufleet.llm peer server fleet "
+            "-p Type=simple -p RuntimeMaxSec=900 %s -c %s/nginx.conf -g daemon off;" % (fake["nginx"], fake["run"])) in calls
+    assert "nginx -t -q -c %s/nginx.conf.new" % fake["run"] in calls
+    conf = fake["run"] / "nginx.conf"
+    assert TOKEN in conf.read_text()
+    assert stat.S_IMODE(conf.stat().st_mode) == 0o600 and stat.S_IMODE(fake["run"].stat().st_mode) == 0o700
+    assert stat.S_IMODE((fake["run"] / "access.log").stat().st_mode) == 0o600
+
+
+def test_same_config_is_unchanged_and_a_new_one_restarts(capsys, fake):
+    run_module(peer_serve.main, capsys, args(fake))
+    fake["calls"].write_text("")
+    res = run_module(peer_serve.main, capsys, args(fake))
+    assert res["_rc"] == 0 and not res["changed"] and res["action"] == "none"
+    assert "systemd-run" not in fake["calls"].read_text() and "stop" not in fake["calls"].read_text()
+    res = run_module(peer_serve.main, capsys, args(fake, port=8371))
+    assert res["changed"] and res["action"] == "restart" and res["url"] == "http://10.231.0.12:8371/"
+    calls = fake["calls"].read_text()
+    assert calls.index("systemctl stop gpufleet-peer-fleet.service") < calls.index("systemd-run")
+    assert "listen 10.231.0.12:8371;" in (fake["run"] / "nginx.conf").read_text()
+
+
+def test_a_unit_gone_with_its_config_left_is_started_again(capsys, fake):
+    run_module(peer_serve.main, capsys, args(fake))
+    fake["state"].unlink()  # RuntimeMaxSec ran out: the unit was collected, the run dir stays
+    res = run_module(peer_serve.main, capsys, args(fake))
+    assert res["changed"] and res["action"] == "start"
+
+
+def test_check_mode_changes_nothing(capsys, fake):
+    res = run_module(peer_serve.main, capsys, args(fake), check_mode=True)
+    assert res["_rc"] == 0 and res["changed"] and res["action"] == "start" and "check mode" in res["msg"]
+    assert not fake["run"].exists() and "systemd-run" not in fake["calls"].read_text()
+    run_module(peer_serve.main, capsys, args(fake))
+    before = (fake["run"] / "nginx.conf").read_text()
+    res = run_module(peer_serve.main, capsys, args(fake, port=9000), check_mode=True)
+    assert res["changed"] and res["action"] == "restart"
+    assert (fake["run"] / "nginx.conf").read_text() == before and fake["state"].exists()
+    res = run_module(peer_serve.main, capsys, dict(name="fleet", state="stopped"), check_mode=True)
+    assert res["changed"] and res["action"] == "stop" and fake["run"].exists() and fake["state"].exists()
+
+
+def test_stop_reports_served_bytes_and_removes_the_run_dir(capsys, fake):
+    run_module(peer_serve.main, capsys, args(fake))
+    (fake["run"] / "access.log").write_text(
+        '1000 200 10.0.0.2 [t] "GET /kimi/c1/a HTTP/1.1"\n10 206 10.0.0.2 [t] "GET /kimi/c1/a HTTP/1.1"\n'
+        '150 401 10.0.0.3 [t] "GET /kimi/c1/a HTTP/1.1"\n0 200 10.0.0.2 [t] "HEAD /kimi/c1/a HTTP/1.1"\n')
+    assert run_module(peer_serve.main, capsys, args(fake))["bytes_sent"] == 1010
+    res = run_module(peer_serve.main, capsys, dict(name="fleet", state="stopped"))
+    assert res["_rc"] == 0 and res["changed"] and res["bytes_sent"] == 1010
+    assert not fake["run"].exists() and not fake["state"].exists()
+    res = run_module(peer_serve.main, capsys, dict(name="fleet", state="stopped"))
+    assert res["_rc"] == 0 and not res["changed"] and res["bytes_sent"] == 0
+
+
+def test_nginx_refusal_is_a_failure_with_its_message_and_the_token_masked(capsys, fake, monkeypatch):
+    monkeypatch.setenv("NGINX_REFUSES", "1")
+    res = run_module(peer_serve.main, capsys, args(fake), forbidden=TOKEN)
+    assert res["_rc"] == 1 and "nginx refused the peer server's config" in res["msg"] and "[emerg]" in res["msg"]
+    assert not (fake["run"] / "nginx.conf").exists() and not (fake["run"] / "nginx.conf.new").exists()
+    assert "systemd-run" not in fake["calls"].read_text()
+
+
+def test_a_server_that_dies_at_start_is_a_failure_with_its_journal(capsys, fake, monkeypatch):
+    monkeypatch.setenv("FAIL_START", "1")
+    res = run_module(peer_serve.main, capsys, args(fake))
+    assert res["_rc"] == 1 and "did not stay up" in res["msg"] and "bind() failed" in res["msg"]
+
+
+def test_missing_nginx_says_what_to_install(capsys, fake):
+    res = run_module(peer_serve.main, capsys, args(fake, nginx="/nonexistent/nginx"))
+    assert res["_rc"] == 1
+    assert "install nginx-light" in res["msg"] and "model_distribution: hub" in res["msg"]
+
+
+@pytest.mark.parametrize("over, words", [
+    (dict(token=None), "token is required"),
+    (dict(listen="gpu1.example"), "is not an IP address"),
+    (dict(root="srv/models"), "is not an absolute path"),
+    (dict(paths=["kimi/../../../etc"]), "is not a directory relative to root"),
+])
+def test_bad_arguments_fail_cleanly(capsys, fake, over, words):
+    res = run_module(peer_serve.main, capsys, args(fake, **over))
+    assert res["_rc"] == 1 and words in res["msg"] and "Traceback" not in res["msg"]
+    assert not fake["calls"].exists()
