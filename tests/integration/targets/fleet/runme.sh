@@ -14,6 +14,8 @@
 . "$(dirname "$0")/../setup_lab/lab.sh"
 ROOT=/srv/itest-fleet-$$
 STORE=$LAB_CACHE/fixtures
+# a host-subset inventory (its own directory) lives outside the lab cache
+[ -d "$STORE/store" ] || STORE=${GPUFLEET_LAB_CACHE:-$HOME/.cache/gpufleet-lab}/fixtures
 LAB_JSON=$(dirname "$INVENTORY")/lab.json
 HUB_ADDR=${GPUFLEET_FLEET_HUB_ADDR:-10.231.0.5}
 BRIDGE=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["bridge"])' "$LAB_JSON")
