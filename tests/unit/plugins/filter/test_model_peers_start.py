@@ -48,6 +48,7 @@ def _run(tmp_path, hub_access: dict, *, listings: dict | None = None):
         "model_pinned_commits": {"kimi": COMMIT},
         "model_pinned_listings": {"kimi": LISTING} if listings is None else listings,
         "out_dir": str(tmp_path),
+        "model_models_root": str(tmp_path / "models"),
     })
     stand_in = {"name": "Stand in for the peer server's result",
                 "ansible.builtin.set_fact": {"__model_peer_serve": {
