@@ -120,8 +120,8 @@ class PeerSource(object):
 
     # -- what the peers say --------------------------------------------------------------------
     def _request(self, url: str, method: str) -> Any:
-        req = urllib.request.Request(url, method=method, headers={"User-Agent": _hub.USER_AGENT,
-                                                                 "Accept-Encoding": "identity"})
+        headers = {"User-Agent": _hub.USER_AGENT, "Accept-Encoding": "identity"}
+        req = urllib.request.Request(url, method=method, headers=headers)
         req.add_unredirected_header("Authorization", "Bearer %s" % self.peer_token)
         return self.opener.open(req, timeout=self.timeout)
 
@@ -292,4 +292,3 @@ def planned_source(path: str, *, peers: Sequence[Peer], hub_share: set[str] | No
         if path in peer.share:
             return "peer:%s" % peer.name
     return "hub"
-
