@@ -117,6 +117,7 @@ class PeerSource(object):
         self.log = log
         self.solo: set[str] = set()  # content keys to fetch from one peer at a time (a multi-peer mismatch)
         self.tried: dict[str, set[str]] = {}  # key -> peers a solo try used
+        self.asked: set[str] = set()  # owners whose status this resolve already read (once each per look)
 
     # -- what the peers say --------------------------------------------------------------------
     def _request(self, url: str, method: str) -> Any:
@@ -202,7 +203,9 @@ class PeerSource(object):
         owner = self.owner(item.remote.path)
         if owner is None or owner.dropped is not None:
             return "hub"
-        self.refresh_status(owner)
+        if owner.name not in self.asked:
+            self.asked.add(owner.name)
+            self.refresh_status(owner)
         if owner.dropped is not None or owner.state in ("done", "failed") or item.remote.path in owner.failed:
             return "hub"
         return "timeout" if time.monotonic() >= self.deadline else "wait"
@@ -229,6 +232,7 @@ class PeerSource(object):
 
     def resolve(self, items: Sequence[Any]) -> list[tuple[Any, Resolution]]:
         found = self.holders(items)
+        self.asked = set()
         out: list[tuple[Any, Resolution]] = []
         to_hub = []
         for item in items:

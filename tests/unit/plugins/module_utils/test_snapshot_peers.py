@@ -240,6 +240,16 @@ def test_owner_gone_or_failed_means_the_hub(lab_hub, seed, peers, tmp_path):
     assert hub_files(lab_hub, listing) == set(SHARDS[2:])
 
 
+def test_peer_wait_timeout_is_the_last_resort(lab_hub, seed, peers, tmp_path):
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[0]]
+    owner = peers("gpu2", [], seed_dir, "127.0.0.3")
+    owner.status("fetching")  # alive and fetching, but it never publishes the file
+    res = run(lab_hub, tmp_path / "d", **peer_args(commit, shard, ("gpu2", owner), shares={"gpu2": [SHARDS[0]]},
+                                                   hub_share=[], peer_wait_timeout=0))
+    assert [r["source"] for r in res["files"]] == ["hub"] and res["peers_dropped"] == []
+
+
 def test_no_hub_access_and_no_peer_fails_clearly(lab_hub, seed, peers, tmp_path):
     commit, listing, seed_dir = seed
     shard = [e for e in listing if e["path"] == SHARDS[0]]
