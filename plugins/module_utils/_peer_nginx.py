@@ -71,12 +71,15 @@ def check_listen(listen: str | None) -> str:
                             "10.0.0.11), never a name or 0.0.0.0-style wildcard meant for every network" % (listen,))
 
 
-def _check_root(root: str | None) -> str:
+def _check_root(root: str | None, *, missing_ok: bool) -> str:
     if not root or not os.path.isabs(root):
         raise SettingsError("root %r is not an absolute path: give the directory that holds the served paths "
                             "(for example model_models_root, /srv/models)" % (root,))
     real = os.path.realpath(root)
-    if not os.path.isdir(real):
+    # Check mode on a fresh host: the fetch that would create root has not run either.
+    if not os.path.lexists(root) and missing_ok:
+        real = os.path.normpath(root)
+    elif not os.path.isdir(real):
         raise SettingsError("root %s is not a directory on this host: create it first or fix root" % root)
     if not _ROOT.match(real):
         raise SettingsError("root %s (resolved: %s) has characters peer_serve does not put into an nginx config: "
@@ -112,10 +115,13 @@ def check_token(token: str | None) -> str:
     return token
 
 
-def check_settings(params: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of state=started, checked and normalised (root resolved, paths without slashes)."""
+def check_settings(params: dict[str, Any], *, missing_root_ok: bool = False) -> dict[str, Any]:
+    """The arguments of state=started, checked and normalised (root resolved, paths without slashes).
+
+    ``missing_root_ok``: a root that does not exist at all is taken as given (check mode).
+    """
     name = check_name(params.get("name"))
-    root = _check_root(params.get("root"))
+    root = _check_root(params.get("root"), missing_ok=missing_root_ok)
     paths = [_check_path(root, p) for p in params.get("paths") or []]
     if not paths:
         raise SettingsError("paths is empty: name the directories under root to serve (for example kimi/<commit>)")

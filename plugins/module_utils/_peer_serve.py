@@ -221,7 +221,8 @@ def run(params: dict[str, Any], run_command: RunCommand, *, check_mode: bool,
     base = base or _peer_nginx.RUN_BASE
     try:
         name = _peer_nginx.check_name(params.get("name"))
-        settings = _peer_nginx.check_settings(params) if params.get("state") != "stopped" else None
+        settings = None if params.get("state") == "stopped" else \
+            _peer_nginx.check_settings(params, missing_root_ok=check_mode)
     except _peer_nginx.SettingsError as exc:
         raise ModuleFailure(exc.msg)
     peer = PeerUnit(name, run_command, base=base, secrets=(params.get("token"),))

@@ -20,3 +20,4 @@ play 0 probe.yml
 play some stop.yml
 ansible-playbook "${PLAY_ARGS[@]}" absent.yml >/dev/null
 play 0 stop.yml
+ansible-playbook "${PLAY_ARGS[@]}" role.yml --tags model_install_nginx >/dev/null

@@ -113,6 +113,13 @@ def test_check_mode_changes_nothing(capsys, fake):
     assert res["changed"] and res["action"] == "stop" and fake["run"].exists() and fake["state"].exists()
 
 
+def test_check_mode_on_a_fresh_host_without_root_would_start(capsys, fake):
+    res = run_module(peer_serve.main, capsys, args(fake, root=str(fake["root"] / "not-yet")), check_mode=True)
+    assert res["_rc"] == 0 and res["changed"] and res["action"] == "start"
+    res = run_module(peer_serve.main, capsys, args(fake, root=str(fake["root"] / "not-yet")))
+    assert res["_rc"] == 1 and "is not a directory on this host" in res["msg"]
+
+
 def test_stop_reports_served_bytes_and_removes_the_run_dir(capsys, fake):
     run_module(peer_serve.main, capsys, args(fake))
     (fake["run"] / "access.log").write_text(
