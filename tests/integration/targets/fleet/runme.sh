@@ -45,15 +45,19 @@ at_exit cleanup_play
 NS4=$("${LAB[@]}" host "$LAB_JSON" "$INVENTORY" gpu4 netns)
 unroute() { ip netns exec "$NS4" ip route del prohibit "$HUB_ADDR/32" 2>/dev/null || true; }
 unroute
-ip netns exec "$NS4" ip route add prohibit "$HUB_ADDR/32"
 at_exit unroute
-echo "model_peer_hub_access: false" > "$INV/host_vars/gpu4.yml"
+# FLEET_HUBLESS=0 leaves gpu4 its Hub route (to look at the other scenarios alone)
+if [ "${FLEET_HUBLESS:-1}" = 1 ]; then
+    ip netns exec "$NS4" ip route add prohibit "$HUB_ADDR/32"
+    echo "model_peer_hub_access: false" > "$INV/host_vars/gpu4.yml"
+fi
 
 # stage LABEL EXPECT ARGS...: the stage playbook, its output kept in $LAB_TMP/LABEL.log, recap asserted.
 stage() {
     local label=$1 expect=$2; shift 2
     if ! ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.stage "$@" > "$LAB_TMP/$label.log" 2>&1; then
-        tail -n 80 "$LAB_TMP/$label.log"
+        grep -E -A 12 '^(fatal|failed):' "$LAB_TMP/$label.log" | head -n 150
+        sed -n '/PLAY RECAP/,$p' "$LAB_TMP/$label.log"
         exit 1
     fi
     sed -n '/PLAY RECAP/,$p' "$LAB_TMP/$label.log"
@@ -77,6 +81,7 @@ for repo, ref in (("Kimi-K2.6-mini", ("branches", "main")), ("Kimi-K2.6-mini-DFl
     total += sum(f["size"] for f in d["commits"][d["refs"][ref[0]][ref[1]]]["files"])
 print(total)' "$STORE")
 ADDR4=$("${LAB[@]}" host "$LAB_JSON" "$INVENTORY" gpu4 address)
+[ "${FLEET_HUBLESS:-1}" = 1 ] || ADDR4=none
 ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml >/dev/null
 
 # --- A: 4 fresh hosts, peers, gpu4 without the Hub ---------------------------------------------
