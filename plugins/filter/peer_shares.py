@@ -12,9 +12,9 @@ version_added: 0.1.0
 author: gpufleet.llm contributors
 description:
   - Assigns every path of a listing (the C(files) of gpufleet.llm.hf_snapshot's C(resolve_only) result) to
-    exactly one of O(hosts): largest files first, each to the host with the fewest bytes so far. Each host
+    exactly one of O(hosts) - largest files first, each to the host with the fewest bytes so far. Each host
     then fetches its share from the Hub and the others take it from that host (C(model_distribution=peers)).
-  - Deterministic: equal sizes are taken in path order and a tie between hosts goes to the host whose name
+  - Deterministic - equal sizes are taken in path order and a tie between hosts goes to the host whose name
     sorts first, so every run (and every controller) makes the same plan from the same listing.
   - Every host of O(hosts) is a key of the result, with an empty list when it gets nothing.
 options:

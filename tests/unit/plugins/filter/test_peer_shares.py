@@ -64,7 +64,7 @@ def test_deterministic_whatever_the_input_order():
     hosts = ["gpu3", "gpu1", "gpu4", "gpu2"]
     want = peer_shares(KIMI, hosts)
     rng = random.Random(12)
-    for _ in range(20):
+    for _attempt in range(20):
         listing = list(KIMI)
         rng.shuffle(listing)
         order = list(hosts)
