@@ -61,7 +61,7 @@ scenario first_check
 echo "== 1. full deploy of v1.0 (model role, then the sglang role), one server per batch"
 ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.deploy -e gpufleet_serial=1 > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
 sed -n '/PLAY RECAP/,$p' "$OUT"
-[ "$(grep -c 'PLAY \[Fetch, verify and serve, batch by batch\]' "$OUT")" -eq 2 ] || { echo "expected 2 batches of 1 host"; exit 1; }
+if [ "$(grep -c 'PLAY \[Roll out, batch by batch\]' "$OUT")" -ne 2 ] || [ "$(grep -c 'PLAY \[Stage every model on every host\]' "$OUT")" -ne 1 ]; then echo "expected one stage play, then 2 batches of 1 host"; exit 1; fi
 ansible-playbook "${PLAY_ARGS[@]}" checks.yml >/dev/null
 S1=$(state); echo "$S1"
 # CUR: the deploy arguments of what is deployed now; a scenario that changes the server puts this
