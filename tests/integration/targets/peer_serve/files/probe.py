@@ -1,5 +1,6 @@
-#!/usr/bin/python3
-"""Fetch from a peer server as a peer would (python3 urllib: the lab image has no curl) and print, as JSON,
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Fetch from a peer server as a peer would (python3 http.client: the lab image has no curl) and print, as JSON,
 what each request got: status, body length and sha256, and the headers the test looks at. The token
 comes from the environment (PEER_TOKEN) and is never printed."""
 import hashlib
