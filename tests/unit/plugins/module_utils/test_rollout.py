@@ -3,15 +3,12 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """playbooks/deploy.yml's roll decisions (issue 12 items 1 and 4): which servers roll in which batch
 (never one whose stage failed on any rank, the ranks of a server in one batch) and the summary of
-what moved and what stayed on the old revision, and why. The filters are thin wrappers, tested too."""
+what moved and what stayed on the old revision, and why. The filters that wrap these are tested in
+tests/unit/plugins/filter/test_rollout_filters.py (module_utils tests run without ansible)."""
 from __future__ import annotations
 
 import pytest
 
-from ansible.errors import AnsibleFilterError
-
-from ansible_collections.gpufleet.llm.plugins.filter.rollout_plan import rollout_plan
-from ansible_collections.gpufleet.llm.plugins.filter.rollout_summary import rollout_summary
 from ansible_collections.gpufleet.llm.plugins.module_utils import _rollout
 
 
@@ -45,22 +42,13 @@ def test_a_server_whose_stage_failed_on_one_rank_is_left_out_with_its_other_rank
     assert "gpu4: not staged on gpu4" in result["left_out"][1] and "left out" not in result["left_out"][1]
 
 
-def test_plan_refuses_bad_input_with_a_message():
-    with pytest.raises(AnsibleFilterError, match="gpufleet_serial must be a whole number"):
-        rollout_plan([_host("gpu1")], "two")
-    with pytest.raises(AnsibleFilterError, match="each host needs a name"):
-        rollout_plan([{"staged": True}], 1)
-    with pytest.raises(AnsibleFilterError, match="expected a list of hosts"):
-        rollout_plan({"gpu1": {}}, 1)
-
-
 def test_summary_after_a_failure_in_batch_1():
     flags = {
         "gpu1": {"staged": True, "started": True, "rolled_back": True},
         "gpu2": {"staged": True, "halted": True},
         "gpu3": {"staged": False},
     }
-    result = rollout_summary([["gpu1"], ["gpu2"], ["gpu3"]], flags)
+    result = _rollout.summary([["gpu1"], ["gpu2"], ["gpu3"]], flags)
     assert not result["ok"] and result["moved"] == []
     assert result["lines"] == [
         "stayed on the old revision: gpu1 (its batch failed on gpu1 (rolled back to the previous config on gpu1))",
@@ -84,8 +72,3 @@ def test_summary_of_a_good_roll_and_of_a_multi_node_server():
     assert result["stayed"][0]["why"] == "its batch failed on gpu3"
     assert result["stayed"][1]["why"] == "not rolled: the run ended before its batch"
     assert _rollout.summary([["gpu1"]], {"gpu1": flags["gpu1"]})["ok"]
-
-
-def test_summary_refuses_bad_input_with_a_message():
-    with pytest.raises(AnsibleFilterError, match="needs the servers"):
-        rollout_summary({"gpu1": []}, {})
