@@ -156,8 +156,10 @@ def _served(path: str) -> list[str]:
         "    }",
         # ^~: the server-level regexes are never consulted for these; the nested ones are.
         "    location ^~ /%s/ {" % path,
-        # Dot-names (.gpufleet/, hidden files, aria2's staging) and partial downloads: as if absent.
-        "      location ~ /\\. {",
+        # hf_snapshot's own directory (manifest, staging) and huggingface_hub's local-dir metadata
+        # (.cache/) and partial downloads: as if absent. Other dot-files are the repo's own
+        # (.gitattributes is in nearly every Hub repo) and are served like any verified file.
+        "      location ~ /\\.(?:gpufleet|cache)(?:/|$) {",
         "        return 404;",
         "      }",
         "      location ~ \\.(?:%s)$ {" % partial,

@@ -2,7 +2,7 @@
 # Fleet staging with model_distribution=peers on 4 lab hosts (make test: its own lane on lab hosts 5-8),
 # against a PRIVATE lab Hub on its own bridge address whose total rate is capped (the Hub is the
 # bottleneck, as a site uplink is). Issue 12's acceptance:
-#   A. 4 fresh hosts, gpu4 without a route to the Hub (FLEET_HUBLESS=1, see below): every host's trees
+#   A. 4 fresh hosts, gpu4 without a route to the Hub: every host's trees
 #      sha256-identical and the Hub's own; Hub bytes from the Hub's request log <= 1.1 x one copy; no
 #      request at all from gpu4.
 #   A2. the same stage again: changed=0, zero file bytes from the Hub, zero bytes served by any peer.
@@ -46,10 +46,8 @@ NS4=$("${LAB[@]}" host "$LAB_JSON" "$INVENTORY" gpu4 netns)
 unroute() { ip netns exec "$NS4" ip route del prohibit "$HUB_ADDR/32" 2>/dev/null || true; }
 unroute
 at_exit unroute
-# FLEET_HUBLESS=1: gpu4 without a route to the Hub. Off by default for now: peer_serve's nginx denies every
-# dot-name (location ~ /\.), so no peer serves the repo's own .gitattributes and gpu4 fails with "no peer
-# holds .gitattributes" (run on lab hosts 5-8); turn it on once peer_serve serves a listing's dot-files.
-if [ "${FLEET_HUBLESS:-0}" = 1 ]; then
+# gpu4 without a route to the Hub (FLEET_HUBLESS=0 leaves it its route, for looking at one fault alone).
+if [ "${FLEET_HUBLESS:-1}" = 1 ]; then
     ip netns exec "$NS4" ip route add prohibit "$HUB_ADDR/32"
     echo "model_peer_hub_access: false" > "$INV/host_vars/gpu4.yml"
 fi
@@ -83,7 +81,7 @@ for repo, ref in (("Kimi-K2.6-mini", ("branches", "main")), ("Kimi-K2.6-mini-DFl
     total += sum(f["size"] for f in d["commits"][d["refs"][ref[0]][ref[1]]]["files"])
 print(total)' "$STORE")
 ADDR4=$("${LAB[@]}" host "$LAB_JSON" "$INVENTORY" gpu4 address)
-[ "${FLEET_HUBLESS:-0}" = 1 ] || ADDR4=none
+[ "${FLEET_HUBLESS:-1}" = 1 ] || ADDR4=none
 ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml >/dev/null
 
 # --- A: 4 fresh hosts, peers, gpu4 without the Hub ---------------------------------------------

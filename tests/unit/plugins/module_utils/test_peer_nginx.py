@@ -32,9 +32,9 @@ def test_config_serves_only_the_paths_with_the_denials(tmp_path):
     assert "root %s;" % os.path.realpath(str(tmp_path)) in text
     assert "location ^~ /kimi/%s/ {" % ("a" * 40) in text and "location ^~ /dflash/%s/ {" % ("b" * 40) in text
     assert "location = /kimi/%s/.gpufleet/peer-status.json {" % ("a" * 40) in text
-    # Everything else is 404, dot-names and partial downloads too; no listing, no symlinks, no version.
+    # Everything else is 404, .gpufleet/, .cache/ and partial downloads too (a repo's own dot-files are served); no listing, no symlinks, no version.
     assert "    location / {\n      return 404;" in text
-    assert "location ~ /\\. {\n        return 404;" in text
+    assert "location ~ /\\.(?:gpufleet|cache)(?:/|$) {\n        return 404;" in text
     assert "location ~ \\.(?:aria2|incomplete|tmp)$ {\n        return 404;" in text
     assert "try_files $uri =404;" in text and "$uri/" not in text
     assert "disable_symlinks on from=$document_root;" in text

@@ -33,7 +33,8 @@ out = {}
 for name, path in (("big", "/m/c1/big.bin"), ("config", "/m/c1/config.json"), ("nested", "/m/c1/sub/nested.txt"),
                    ("status", "/m/c1/.gpufleet/peer-status.json"), ("manifest", "/m/c1/.gpufleet/manifest.json"),
                    ("aria2", "/m/c1/big.bin.aria2"), ("incomplete", "/m/c1/part.incomplete"),
-                   ("hidden", "/m/c1/.hidden"), ("symlink", "/m/c1/out"), ("symlink_dir", "/m/c1/outdir/passwd"),
+                   ("hfcache", "/m/c1/.cache/huggingface/download/big.bin.metadata"),
+                   ("gitattributes", "/m/c1/.gitattributes"), ("symlink", "/m/c1/out"), ("symlink_dir", "/m/c1/outdir/passwd"),
                    ("listing", "/m/c1/"), ("dir", "/m/c1/sub"), ("other", "/m/other/file"),
                    ("dotdot", "/m/c1/../other/file"), ("dotdot_encoded", "/m/c1/%2e%2e/other/file"),
                    ("escape", "/m/c1/../../../etc/passwd"), ("missing", "/m/c1/nope")):
