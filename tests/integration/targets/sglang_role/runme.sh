@@ -157,7 +157,7 @@ echo "== 9. two hosts as one multi-node server: ranks, dist-init-addr, one batch
 { cat "$INVENTORY"; printf '\n[itest_mn]\ngpu1\ngpu2\n'; } > "$MN_INV"
 ansible-playbook -i "$MN_INV" -e "@vars.yml" -e "model_tools_wheelhouse=$WHEELHOUSE" gpufleet.llm.deploy -e "$ARGS" \
     -e itest_revision=main -e sglang_multinode_group=itest_mn -e gpufleet_serial=1 > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
-[ "$(grep -c 'PLAY \[Fetch, verify and serve, batch by batch\]' "$OUT")" -eq 1 ] || { echo "the ranks were split across batches" >&2; exit 1; }
+[ "$(grep -c 'PLAY \[Roll out, batch by batch\]' "$OUT")" -eq 1 ] || { echo "the ranks were split across batches" >&2; exit 1; }
 expect_in "$OUT" 'skipping: \[gpu2\]'
 ansible-playbook -i "$MN_INV" multinode-checks.yml >/dev/null
 S7=$(state); echo "$S7"
