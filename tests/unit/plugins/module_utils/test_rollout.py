@@ -7,8 +7,6 @@ what moved and what stayed on the old revision, and why. The filters that wrap t
 tests/unit/plugins/filter/test_rollout_filters.py (module_utils tests run without ansible)."""
 from __future__ import annotations
 
-import pytest
-
 from ansible_collections.gpufleet.llm.plugins.module_utils import _rollout
 
 
