@@ -2,11 +2,11 @@
 # Sourced by runme.sh after step 8 (or after the first deploy with SGLANG_ROLE_ONLY=crashloop).
 # Issue 11 items 3 and 5: a new server that crash-loops for real is rolled back long before
 # sglang_ready_timeout, and the rollback probes the previous server where it listens.
-# A blocker holds port 30112 on every lab host; the deploy moves the server there, one host per batch:
-# gpu1's batch fails and ends the play, so gpu2 is never moved (its journal figure is "-"). The stand-in
-# exits 1 on "cannot listen" (as SGLang fails on a taken port), systemd schedules a restart
-# (Restart=on-failure), the probe reads the unit and fails at once, rollback.yml restores the
-# config (port 30111) and probes http://127.0.0.1:30111, not the new address.
+# A blocker holds port 30112 on every lab host; serve.yml (the sglang role alone: the crash loop, the
+# probe and the rollback are all the sglang role's, and the models do not change here) moves the server
+# there on both hosts at once. The stand-in exits 1 on "cannot listen" (as SGLang fails on a taken
+# port), systemd schedules a restart (Restart=on-failure), the probe reads the unit and fails at once,
+# rollback.yml restores the config (port 30111) and probes http://127.0.0.1:30111, not the new address.
 echo "== crashloop. a server that crash-loops is rolled back before sglang_ready_timeout, at the previous port"
 CL_PORT=30112
 CL_TIMEOUT=600
@@ -20,7 +20,7 @@ CL_LISTEN=$(on gpu_nodes "for i in \$(seq 200); do python3 -c 'import socket; so
 echo "$CL_LISTEN"
 [ "$(grep -c ' listening$' <<<"$CL_LISTEN")" = 2 ] || { echo "the blocker does not listen on :$CL_PORT on both hosts" >&2; exit 1; }
 
-must_fail "$OUT" gpufleet.llm.deploy "${CUR[@]}" -e "{\"itest_args\": {\"port\": $CL_PORT}}" -e "itest_ready_timeout=$CL_TIMEOUT"
+must_fail "$OUT" serve.yml "${CUR[@]}" -e "{\"itest_args\": {\"port\": $CL_PORT}}" -e "itest_ready_timeout=$CL_TIMEOUT"
 expect_in "$OUT" 'ROLLED BACK'
 # the probe stopped on the unit, with the journal line that says why
 expect_in "$OUT" 'sglang-itest.service (crashed|failed|was restarted|.s main process changed)'
@@ -46,4 +46,4 @@ for h in gpu1 gpu2; do
     [ "$(field $h 5 <<<"$CL_AFTER")" = "$(field $h 5 <<<"$CL_BEFORE")" ] || { echo "$h: files not restored after the crash loop" >&2; exit 1; }
 done
 ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e itest_serving=current >/dev/null
-play 0 gpufleet.llm.deploy "${CUR[@]}"
+play 0 serve.yml "${CUR[@]}"

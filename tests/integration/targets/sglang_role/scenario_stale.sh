@@ -4,6 +4,11 @@
 # purpose: a callback ends ansible-playbook as the first task after configure starts) leaves the old
 # server running on the new files. Check mode then says it would restart it; the next deploy restarts
 # it exactly once, through the handler, and the one after that changes nothing.
+# Each step runs serve.yml (the sglang role alone, on the commits `current` points at): the lost
+# handler, the stale check and the restart are all the sglang role's; a full gpufleet.llm.deploy would
+# add only the model role (pin, fetch check, verify: about a minute a run here), which the models do
+# not need (they do not change in this scenario). serve.yml runs both hosts in one batch, as the
+# deploy with gpufleet_serial=2 did.
 echo "== stale. a restart handler lost with its controller; the next deploy restarts the stale server once"
 ST_ENV='{"itest_env": {"GPUFLEET_ITEST_STALE": "1"}}'
 ST_CB=$LAB_TMP/stale-callback
@@ -34,7 +39,7 @@ class CallbackModule(CallbackBase):
 EOF
 ST0=$(state)
 if ANSIBLE_CALLBACK_PLUGINS="$ST_CB" ANSIBLE_CALLBACKS_ENABLED="${ANSIBLE_CALLBACKS_ENABLED:+$ANSIBLE_CALLBACKS_ENABLED,}itest_die_after_configure" \
-    ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.deploy "${CUR[@]}" -e "$ST_ENV" -e gpufleet_serial=2 > "$OUT" 2>&1; then
+    ansible-playbook "${PLAY_ARGS[@]}" serve.yml "${CUR[@]}" -e "$ST_ENV" > "$OUT" 2>&1; then
     cat "$OUT"; echo "expected the controller to die after configure" >&2; exit 1
 fi
 expect_in "$OUT" 'itest: the controller dies before the restart handler'
@@ -45,13 +50,13 @@ for h in gpu1 gpu2; do
 done
 
 echo "   check mode says it would restart the stale server, and does not"
-ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.deploy --check "${CUR[@]}" -e "$ST_ENV" > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
+ansible-playbook "${PLAY_ARGS[@]}" serve.yml --check "${CUR[@]}" -e "$ST_ENV" > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
 [ "$(grep -c 'sglang-itest.service would be restarted (stale): started at .*, before: /etc/sglang/itest.env changed at' "$OUT")" = 2 ] \
     || { grep -n 'stale' "$OUT"; echo "expected check mode to report both servers stale" >&2; exit 1; }
 [ "$(state)" = "$ST1" ] || { echo "check mode changed the server" >&2; exit 1; }
 
 echo "   the deploy with the same options restarts each server once"
-ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.deploy "${CUR[@]}" -e "$ST_ENV" > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
+ansible-playbook "${PLAY_ARGS[@]}" serve.yml "${CUR[@]}" -e "$ST_ENV" > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
 [ "$(grep -c 'sglang-itest.service is restarted (stale): ' "$OUT")" = 2 ] \
     || { grep -n 'stale' "$OUT"; echo "expected the deploy to restart both stale servers" >&2; exit 1; }
 ST2=$(state); echo "$ST2"
@@ -66,8 +71,8 @@ done
 ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e itest_serving=current >/dev/null
 
 echo "   a further deploy changes nothing"
-play 0 gpufleet.llm.deploy "${CUR[@]}" -e "$ST_ENV"
+play 0 serve.yml "${CUR[@]}" -e "$ST_ENV"
 [ "$(state)" = "$ST2" ] || { echo "the server changed on a no-op deploy after the stale restart" >&2; exit 1; }
 
 echo "   back to the deployed options"
-play some gpufleet.llm.deploy "${CUR[@]}"
+play some serve.yml "${CUR[@]}"
