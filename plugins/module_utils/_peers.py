@@ -12,7 +12,9 @@ HubSource: for each pending file it asks every live peer (``HEAD`` with the toke
 listing's size means it holds the file) and hands aria2 all holders at once as mirrors. A file no
 peer holds yet is waited for (not a failed try) while its owner, the peer whose share lists it, is
 alive and its peer-status says it is still fetching; once the owner is gone, done or failed without
-it, or ``peer_wait_timeout`` passed, the Hub serves it (never with ``hub=false``: then it fails).
+it, or ``peer_wait_timeout`` passed, the Hub serves it. With ``hub=false`` it waits on while a live
+peer with Hub access still fetches (that peer takes the file from the Hub and publishes it), and fails
+once none does.
 
 A peer that refuses a connection, answers an error, ends a body early or serves bytes that fail the
 hash is dropped for the rest of the run. Its token goes only to peer URLs: HEADs here (no proxy, no
@@ -221,12 +223,26 @@ class PeerSource(object):
         return Resolution(urls[0], mirrors=tuple(urls[1:]), header="Authorization: Bearer %s" % self.peer_token,
                           origin="peer:%s" % holding[0].name)
 
+    def _hub_peers_busy(self) -> bool:
+        """Whether a live peer with Hub access (a share: the plan gives Hub hosts the files) is still
+        fetching or has not started: it fetches a file whose owner failed from the Hub and publishes
+        it. Hosts without Hub access do not count, or two of them would wait for each other."""
+        busy = False
+        for peer in self.peers:
+            if peer.dropped is not None or not peer.share:
+                continue
+            if peer.name not in self.asked:
+                self.asked.add(peer.name)
+                self.refresh_status(peer)
+            busy = busy or (peer.dropped is None and peer.state in ("unknown", "fetching"))
+        return busy
+
     def _no_hub(self, item: Any, verdict: str) -> Resolution:
         owner = self.owner(item.remote.path)
         why = ("its owner %s is %s" % (owner.name, owner.dropped or owner.state) if owner
                else "no peer's share lists it")
         if verdict == "timeout":
-            why = "peer_wait_timeout passed while its owner %s was still fetching" % owner.name
+            why = "peer_wait_timeout passed while peers were still fetching"
         return Resolution(None, error="this host has no Hub access (hub=false) and no peer holds %s (%s): give the host "
                                       "Hub access or a peer that fetches the file" % (item.remote.path, why), final=True)
 
@@ -251,6 +267,11 @@ class PeerSource(object):
                     continue
             if verdict == "wait":
                 out.append((item, Resolution(None, wait=True)))
+            elif self.hub is None and verdict == "hub" and self._hub_peers_busy():
+                # its owner will not publish it, but a host with Hub access that still fetches takes
+                # it from the Hub for itself and then publishes it: wait for that, not fail now
+                out.append((item, Resolution(None, wait=True) if time.monotonic() < self.deadline
+                            else self._no_hub(item, "timeout")))
             elif self.hub is None:
                 out.append((item, self._no_hub(item, verdict)))
             else:
@@ -263,20 +284,26 @@ class PeerSource(object):
         # direct downloads are the Hub's own (gated repos' small files); peers always go through aria2
         self.hub.download(url, out_path, size)
 
-    def settled(self, item: Any, res: Resolution, *, uri_errors: Mapping[str, Any], mismatch: bool) -> None:
+    def settled(self, item: Any, res: Resolution, *, uri_errors: Mapping[str, Any], mismatch: bool) -> bool:
         """After aria2: drop each peer whose URI failed; a hash mismatch drops a lone peer, or makes
-        the file go one peer at a time when several served it."""
+        the file go one peer at a time when several served it. True when a peer was to blame (it is
+        dropped, or the file goes one peer at a time from now on): the transfer counts no try for it."""
         if not res.origin.startswith("peer:") or res.url is None:
-            return
+            return False
         urls = (res.url,) + tuple(res.mirrors)
+        blamed = False
         for url in urls:
             if url in uri_errors:
                 code, message, dummy = uri_errors[url]
                 self.drop(self._peer_of(url), "GET %s: aria2 error %s: %s" % (item.remote.path, code, message))
+                blamed = True
         if mismatch and len(urls) == 1:
             self.drop(self._peer_of(urls[0]), "served bytes of %s that fail its hash" % item.remote.path)
+            blamed = True
         elif mismatch:
+            blamed = item.key not in self.solo
             self.solo.add(item.key)
+        return blamed
 
     def _peer_of(self, url: str) -> Peer:
         return max((p for p in self.peers if url.startswith(p.url)), key=lambda p: len(p.url))

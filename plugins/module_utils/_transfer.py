@@ -18,6 +18,9 @@ A source is any object with
 
 - ``resolve(items) -> [(item, Resolution)]``: a URL per item, or the error of this round; raises
   SnapshotError for what no retry can fix;
+- optionally ``settled(item, resolution, uri_errors=, mismatch=) -> bool``: after aria2, what each of
+  its URIs did; True when the file's failure was a URI the source no longer uses (a dropped peer):
+  that round uses none of the file's ``max_tries``;
 - ``download(url, out_path, size)``: fetch a URL the source marked ``direct`` (bytes the source's own
   endpoint serves, with its credentials), raising SourceError; called from several threads at once
   (``_transfer_direct``: up to ``parallel_files`` direct files, while the batch's aria2c runs);
@@ -212,14 +215,20 @@ class Transfer(object):
             wait_hint = rnd.run()
             failing = [key for key in rnd.failed_keys if key in self.pending]
             for key in failing:
+                if key in rnd.excused_keys and key not in rnd.final_keys:
+                    # a peer's fault, and that peer is dropped (or the file now goes one peer at a time):
+                    # no try used, so a small max_tries still reaches the other peers and the Hub last
+                    continue
                 self.tries[key] = self.tries.get(key, 0) + 1
                 if self.tries[key] >= self.max_tries or key in rnd.final_keys:
                     self.given_up[key] = self.pending.pop(key)
             if not self.pending:
                 break
-            retrying = [key for key in failing if key in self.pending]
+            retrying = [key for key in failing if key in self.pending and key not in rnd.excused_keys]
             if retrying:
                 self._pause(max(self.tries[key] for key in retrying), wait_hint)
+            elif any(key in self.pending for key in failing):
+                pass  # only excused failures: the next round asks other peers (or the Hub) at once
             elif rnd.waiting:
                 # files not published yet by their owner: a short pause, then ask the peers again
                 self.source.pause()
@@ -303,6 +312,8 @@ class _Round(object):
         self.res: dict[str, Resolution] = {}
         self.failed_keys: set[str] = set()
         self.final_keys: set[str] = set()
+        # failed because of a peer the source then dropped (or switched to one peer at a time): no try used
+        self.excused_keys: set[str] = set()
         self.waiting = False
 
     def run(self) -> float:
@@ -417,9 +428,12 @@ class _Round(object):
             self._settle(item, result.outcomes[item.key], hashed.get(item.key))
             settled = getattr(t.source, "settled", None)
             if settled is not None:
-                # the source learns which of its URIs failed or served bad bytes (a peer to drop)
-                settled(item, self.res[item.key], uri_errors=result.uri_errors,
-                        mismatch=self.t.errors.get(item.remote.path) == MISMATCH and item.key in self.failed_keys)
+                # the source learns which of its URIs failed or served bad bytes (a peer to drop); True:
+                # this file's failure was such a peer's, which the next round no longer uses
+                excused = settled(item, self.res[item.key], uri_errors=result.uri_errors,
+                                  mismatch=self.t.errors.get(item.remote.path) == MISMATCH and item.key in self.failed_keys)
+                if excused and item.key in self.failed_keys:
+                    self.excused_keys.add(item.key)
 
     def _settle(self, item: _snapshot_plan.Item, outcome: Any, hashed: tuple | None) -> None:
         """Place a file aria2 finished whose bytes match; otherwise record why not."""

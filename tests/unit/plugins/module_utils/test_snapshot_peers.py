@@ -293,11 +293,12 @@ def test_a_multi_peer_mismatch_goes_one_peer_at_a_time_to_find_the_bad_one():
     item = _Item("x.safetensors")
     res = source._to_peers(item, peers)  # pylint: disable=protected-access
     assert res.mirrors and res.header == "Authorization: Bearer %s" % PEER_TOKEN and res.origin == "peer:a"
-    source.settled(item, res, uri_errors={}, mismatch=True)
+    # True: a peer is to blame, the transfer counts no try for this round (review finding 4)
+    assert source.settled(item, res, uri_errors={}, mismatch=True) is True
     assert source.dropped() == []  # which one lied is not known yet
     first = source._to_peers(item, peers)  # pylint: disable=protected-access
     assert first.mirrors == () and first.origin == "peer:a"
-    source.settled(item, first, uri_errors={}, mismatch=True)
+    assert source.settled(item, first, uri_errors={}, mismatch=True) is True
     assert [d["name"] for d in source.dropped()] == ["a"]
     second = source._to_peers(item, [p for p in peers if p.dropped is None])  # pylint: disable=protected-access
     assert second.origin == "peer:b" and second.mirrors == ()
@@ -307,10 +308,51 @@ def test_a_failed_uri_drops_its_peer_and_a_hub_download_drops_nobody():
     source, peers = _source("a", "b")
     item = _Item("x.safetensors")
     res = source._to_peers(item, peers)  # pylint: disable=protected-access
-    source.settled(item, res, uri_errors={res.mirrors[0]: (1, "Connection refused", None)}, mismatch=False)
+    assert source.settled(item, res, uri_errors={res.mirrors[0]: (1, "Connection refused", None)}, mismatch=False)
     assert source.dropped() == [{"name": "b", "reason": "GET x.safetensors: aria2 error 1: Connection refused"}]
-    source.settled(item, _transfer.Resolution("http://cdn/x"), uri_errors={"http://cdn/x": (1, "x", None)}, mismatch=True)
+    assert source.settled(item, res, uri_errors={}, mismatch=False) is False
+    assert source.settled(item, _transfer.Resolution("http://cdn/x"), uri_errors={"http://cdn/x": (1, "x", None)},
+                          mismatch=True) is False
     assert len(source.dropped()) == 1
+
+
+def _no_hub_source(states):
+    """hub=false; gpu1 owns x (its state: states['gpu1']), gpu2 has a share (Hub access), gpu3 none;
+    no peer holds x yet; each status read answers from ``states`` (None: the peer is unreachable)."""
+    peers = [_peers.Peer(name=n, url="http://10.0.0.%d:8370/m/c/" % i, share=frozenset(share))
+             for i, (n, share) in enumerate((("gpu1", ["x.safetensors"]), ("gpu2", ["y.safetensors"]), ("gpu3", [])), 1)]
+    source = _peers.PeerSource(peers, token=PEER_TOKEN, hub=None, hub_share=set(), wait_timeout=3600, timeout=1,
+                               opener=None, log=lambda msg: None)
+    source.holders = lambda items: {item.remote.path: [] for item in items}
+
+    def refresh(peer):
+        if states.get(peer.name) is None:
+            source.drop(peer, "unreachable")
+        else:
+            peer.state = states[peer.name]
+    source.refresh_status = refresh
+    return source
+
+
+@pytest.mark.parametrize("other", ["fetching", "unknown"])
+def test_no_hub_waits_while_a_hub_peer_still_fetches_after_the_owner_failed(other):
+    """Review finding 3: the owner failed (or is gone), but gpu2 with Hub access takes x from the Hub
+    and publishes it: a host without Hub access waits for that instead of failing at once."""
+    for owner in ("failed", None):
+        states = {"gpu1": owner, "gpu2": other, "gpu3": "fetching"}
+        source = _no_hub_source(states)
+        [(dummy, res)] = source.resolve([_Item("x.safetensors")])
+        assert res.wait and not res.final
+        # gpu2 is done without x: nobody will publish it (gpu3 has no Hub access): fail now, saying why
+        states["gpu2"] = "done"
+        [(dummy, res)] = source.resolve([_Item("x.safetensors")])
+        assert res.final and "no Hub access" in res.error and "x.safetensors" in res.error
+
+
+def test_no_hub_and_only_hosts_without_hub_access_left_fails_at_once():
+    source = _no_hub_source({"gpu1": "failed", "gpu2": None, "gpu3": "fetching"})
+    [(dummy, res)] = source.resolve([_Item("x.safetensors")])
+    assert res.final and "its owner gpu1 is failed" in res.error
 
 
 @pytest.mark.parametrize("peers, needle", [

@@ -299,3 +299,72 @@ def test_aria2_settings_tuning():
                       "retry_wait": 2, "validate_certs": False, "ca_path": "/ca.pem"}
     argv = _aria2.build_argv("/usr/bin/aria2c", "/in", "/log", **tuning)
     assert "--max-concurrent-downloads=6" in argv and not any("proxy" in a for a in argv)
+
+
+class PeerThenHub(object):
+    """A peers-like source: ``peers`` URLs in turn (aria2, each a peer), then the Hub's; a peer whose URI
+    failed is dropped and, like _peers.PeerSource, ``settled`` says so (True: no try used)."""
+
+    def __init__(self, peers):
+        self.peers = list(peers)
+        self.settles = []
+
+    def resolve(self, items):
+        if self.peers:
+            return [(item, _transfer.Resolution("http://%s/%s" % (self.peers[0], item.remote.path),
+                                                origin="peer:" + self.peers[0])) for item in items]
+        return [(item, _transfer.Resolution("http://hub/" + item.remote.path)) for item in items]
+
+    def settled(self, item, res, *, uri_errors, mismatch):
+        self.settles.append((res.origin, mismatch))
+        if res.origin.startswith("peer:") and (res.url in uri_errors or mismatch):
+            self.peers.remove(res.origin[5:])
+            return True
+        return False
+
+    def pause(self):
+        raise AssertionError("nothing waits here")
+
+
+def fake_aria2(serve):
+    """_aria2.run stand-in: ``serve(url)`` gives a URL's bytes, or None for a URI that fails (refused)."""
+    def run(jobs, workdir, settings, **dummy):
+        outcomes, uri_errors = {}, {}
+        for job in jobs:
+            data = serve(job.url)
+            if data is None:
+                outcomes[job.key] = err(1)
+                uri_errors[job.url] = (1, "Connection refused", None)
+            else:
+                sf.write(job.dir, job.out, data)
+                outcomes[job.key] = ok()
+        return _aria2.RunResult(0, "", outcomes, 0, "", uri_errors)
+    return run
+
+
+@pytest.mark.parametrize("fault", ["refused", "bad bytes"])
+def test_rounds_failed_by_a_dropped_peer_use_no_try(tmp_path, monkeypatch, fault):
+    """max_tries=1 and two peers that fail in turn: the Hub is still reached (review finding 4)."""
+    dest = tmp_path / "d"
+    items = fetch_items(dest, ("a.safetensors", SHARD, True))
+    source = PeerThenHub(["gpu2", "gpu3"])
+    if fault == "refused":
+        monkeypatch.setattr(_aria2, "run", fake_aria2(lambda url: SHARD if url.startswith("http://hub/") else None))
+    else:
+        monkeypatch.setattr(_aria2, "run", fake_aria2(lambda url: SHARD if url.startswith("http://hub/") else b"\0" * len(SHARD)))
+    logs = []
+    transfer = transfer_for(dest, items, source, max_tries=1, logs=logs)
+    assert transfer.run() == {}
+    assert [s[0] for s in source.settles] == ["peer:gpu2", "peer:gpu3", "hub"]
+    assert transfer.origins == {items[0].key: "hub"} and transfer.tries == {} and logs == []
+    with open(items[0].final, "rb") as handle:
+        assert handle.read() == SHARD
+
+
+def test_a_failure_no_peer_is_blamed_for_still_uses_a_try(tmp_path, monkeypatch):
+    dest = tmp_path / "d"
+    items = fetch_items(dest, ("a.safetensors", SHARD, True))
+    source = PeerThenHub([])
+    monkeypatch.setattr(_aria2, "run", fake_aria2(lambda url: None))
+    failed = transfer_for(dest, items, source, max_tries=2).run()
+    assert list(failed) == ["a.safetensors"] and len(source.settles) == 2
