@@ -92,7 +92,7 @@ def _playbooks(tmp_path) -> None:
         (tmp_path / book).write_text(json.dumps(plays))
 
 
-def _run(tmp_path, *, serial: int, stage_fail=(), roll_fail=(), multinode=()):
+def _run(tmp_path, *, serial: int, stage_fail=(), roll_fail=(), multinode=(), limit=None, extra_vars=None):
     hosts = ["gpu1", "gpu2", "gpu3"]
     lines = ["[gpu_nodes]"] + ["%s ansible_connection=local ansible_python_interpreter=%s" % (h, sys.executable) for h in hosts]
     if multinode:
@@ -106,8 +106,9 @@ def _run(tmp_path, *, serial: int, stage_fail=(), roll_fail=(), multinode=()):
                ANSIBLE_STDOUT_CALLBACK="recorder", ANSIBLE_CALLBACK_PLUGINS=str(tmp_path / "callbacks"),
                ANSIBLE_RETRY_FILES_ENABLED="False")
     extra = {"gpufleet_serial": serial, "stage_fail": list(stage_fail), "roll_fail": list(roll_fail)}
+    extra.update(extra_vars or {})
     argv = [sys.executable, "-m", "ansible.cli.playbook", "-i", str(tmp_path / "inventory.ini"),
-            "-e", json.dumps(extra), str(tmp_path / "deploy.yml")]
+            "-e", json.dumps(extra), str(tmp_path / "deploy.yml")] + (["--limit", limit] if limit else [])
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
     try:
         out = json.loads(proc.stdout)
@@ -178,3 +179,30 @@ def test_a_good_roll_moves_every_server_in_batches(tmp_path):
     assert [p["play"]["name"] for p in out["plays"]].count("Roll out, batch by batch") == 2
     assert _ran(out, "Stand in for the restart") == ["gpu1", "gpu2", "gpu3"]
     assert _summary(out) == ["moved: %s -> kimi@cccccccccccc" % h for h in ("gpu1", "gpu2", "gpu3")]
+
+
+def test_a_limit_that_leaves_the_markers_out_still_rolls_every_host_in_its_own_batch(tmp_path):
+    # --limit filters the hosts add_host adds too: the markers are not in the plays, and the batch
+    # sizes must not count them (they did: batches took a host of the next batch, and the halt check
+    # saw it still rolling, so a healthy roll halted itself)
+    rc, out = _run(tmp_path, serial=1, limit="gpu1,gpu2,gpu3,localhost", extra_vars={"model_stage_batch": 1})
+    names = [p["play"]["name"] for p in out["plays"]]
+    assert names.count("Stage every model on every host") == 3
+    assert names.count("Roll out, batch by batch") == 3
+    assert _ran(out, "Say why this batch does not start") == []
+    assert _ran(out, "Stand in for the restart") == ["gpu1", "gpu2", "gpu3"]
+    assert _summary(out) == ["moved: %s -> kimi@cccccccccccc" % h for h in ("gpu1", "gpu2", "gpu3")]
+    assert rc == 0
+
+
+def test_a_limit_that_names_the_markers_keeps_them(tmp_path):
+    # the markers in the limit (the group gpufleet_markers): a batch in which every server fails does
+    # not end the run, so the halt and the summary still come
+    rc, out = _run(tmp_path, serial=1, roll_fail=["gpu1", "gpu2"], limit="gpu1,gpu2,localhost,gpufleet_markers")
+    assert rc != 0
+    assert [p["play"]["name"] for p in out["plays"]].count("Roll out, batch by batch") == 2
+    assert _ran(out, "Stand in for the switch") == ["gpu1"]
+    assert _summary(out) == [
+        "stayed on the old revision: gpu1 (its batch failed on gpu1 (rolled back to the previous config on gpu1))",
+        "stayed on the old revision: gpu2 (halted after an earlier failure (its batch did not start))",
+    ]
