@@ -106,3 +106,21 @@ def test_a_model_without_its_pinned_listing_is_refused(tmp_path):
     assert got == {}
     assert "kimi has no pinned commit and listing" in proc.stdout
     assert "run the role's pin.yml on every host of the play" in proc.stdout
+
+
+def test_stale_peer_status_files_are_removed_before_any_server_starts(tmp_path):
+    """Review finding 2: a "failed" status of an earlier stage, read before this run writes "fetching",
+    sent every waiter to the Hub for this host's whole share. Each host removes its own before the
+    peer servers start; the rest of .gpufleet (the manifest) stays."""
+    meta = tmp_path / "models" / "kimi" / COMMIT / ".gpufleet"
+    meta.mkdir(parents=True)
+    (meta / "peer-status.json").write_text('{"state": "failed", "failed": []}')
+    (meta / "manifest.json").write_text("{}")
+    with open(PEERS_START) as handle:
+        names = [t["name"] for t in yaml.safe_load(handle)]
+    assert names.index("Remove the peer-status files of earlier runs") < names.index("Start the peer server")
+    proc, got = _run(tmp_path, {"gpu1": True})
+    assert sorted(got) == ["gpu1"], proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not (meta / "peer-status.json").exists() and (meta / "manifest.json").exists()
+    # bookkeeping, not a change: a re-run stays changed=0
+    assert "changed: [gpu1] => (item=kimi)" not in proc.stdout and "ok: [gpu1] => (item=kimi)" in proc.stdout
