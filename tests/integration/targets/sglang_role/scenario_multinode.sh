@@ -2,7 +2,8 @@
 # Sourced by runme.sh after step 9 (or after the first deploy with SGLANG_ROLE_ONLY=multinode, which then
 # does step 9's multi-node deploy first). Issue 12 item 3: one multi-node server (gpu1 rank 0, gpu2
 # rank 1) is never split. (a) rank 0 fails its preflight: neither rank changes; (b) a change on one
-# rank restarts both, once each; (c) a --limit holding one rank is refused, nothing changes; (d) a
+# rank restarts both, once each; (c) a --limit holding one rank is refused, nothing changes (on a
+# revision change: `current` does not move, the served commit is not pruned); (d) a
 # rank systemd brought back alone (Restart=on-failure) makes the next deploy restart the whole server
 # and probe rank 0; the deploy after that changes nothing.
 echo "== multinode. the ranks of one server: a shared barrier, restarted together, never limited to one"
@@ -42,10 +43,19 @@ for h in gpu1 gpu2; do
     [ "$stops" = 1 ] || { echo "$h: $stops stops since the previous start (expected exactly 1)" >&2; exit 1; }
 done
 
-echo "   (c) --limit gpu2 (one rank of the server) is refused before anything is written"
-must_fail "$OUT" gpufleet.llm.deploy "${CUR[@]}" --limit gpu2 -e '{"itest_args": {"chunked_prefill_size": 1024}}'
+echo "   (c) --limit gpu2 (one rank of the server), on a revision change: refused before anything is written, current included"
+# the other fixture revision than the one deployed (CUR names main after step 9; only_mode deployed v1.0)
+if [[ " ${CUR[*]} " == *" itest_revision=main "* ]]; then MN_OTHER_REV=v1.0; else MN_OTHER_REV=main; fi
+# shellcheck disable=SC2016  # expanded on the host
+MN_LINKS='for m in kimi kimi-dflash; do l=/srv/itest-sglang/models/$m/current; readlink "$l"; test -d "$(readlink -f "$l")" && echo present; done'
+MN_LINKS_BEFORE=$(on gpu2 "$MN_LINKS")
+must_fail "$OUT" gpufleet.llm.deploy "${CUR[@]}" -e "itest_revision=$MN_OTHER_REV" --limit gpu2 \
+    -e '{"itest_args": {"chunked_prefill_size": 1024}}'
 expect_in "$OUT" 'this play does not include gpu1.*Nothing was changed: limit the play to the whole group \(--limit itest_mn\)'
 [ "$(state)" = "$MN1" ] || { state; echo "a --limit on one rank changed the server" >&2; exit 1; }
+# the roll refuses before switch.yml: `current` still points at the served commit, which was not pruned
+[ "$(on gpu2 "$MN_LINKS")" = "$MN_LINKS_BEFORE" ] \
+    || { echo "$MN_LINKS_BEFORE"; on gpu2 "$MN_LINKS"; echo "a --limit on one rank moved current or pruned the served commit" >&2; exit 1; }
 
 echo "   (d) rank 1 killed, brought back alone by systemd: the next deploy restarts the whole server"
 MN_PID=$(field gpu2 2 <<<"$MN1")

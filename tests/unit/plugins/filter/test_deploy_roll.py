@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
@@ -71,6 +72,12 @@ def _stand_in(task: dict) -> list:
     if entry == "stage.yml":
         return [{"name": "Stand in for the stage", "ansible.builtin.fail": {"msg": "stage failed"},
                  "when": "inventory_hostname in stage_fail"}]
+    if entry == "ranks.yml":
+        # the tags the include applies to the file's tasks (it must run whatever --tags selects)
+        return [{"name": "Stand in for the ranks check", "ansible.builtin.assert": {"that": [
+            "(groups[sglang_multinode_group] if sglang_multinode_group | default('') else [])"
+            " | reject('in', ansible_play_hosts_all) | list | length == 0"]},
+            "tags": include.get("apply", {}).get("tags", [])}]
     if entry == "switch.yml":
         return [{"name": "Stand in for the switch", "ansible.builtin.set_fact": {"model_commits": {"kimi": "c" * 40}}}]
     if include["name"] == "gpufleet.llm.sglang" and entry == "main":
@@ -92,7 +99,7 @@ def _playbooks(tmp_path) -> None:
         (tmp_path / book).write_text(json.dumps(plays))
 
 
-def _run(tmp_path, *, serial: int, stage_fail=(), roll_fail=(), multinode=(), limit=None, extra_vars=None):
+def _run(tmp_path, *, serial: int, stage_fail=(), roll_fail=(), multinode=(), limit=None, extra_vars=None, args=()):
     hosts = ["gpu1", "gpu2", "gpu3"]
     lines = ["[gpu_nodes]"] + ["%s ansible_connection=local ansible_python_interpreter=%s" % (h, sys.executable) for h in hosts]
     if multinode:
@@ -108,7 +115,7 @@ def _run(tmp_path, *, serial: int, stage_fail=(), roll_fail=(), multinode=(), li
     extra = {"gpufleet_serial": serial, "stage_fail": list(stage_fail), "roll_fail": list(roll_fail)}
     extra.update(extra_vars or {})
     argv = [sys.executable, "-m", "ansible.cli.playbook", "-i", str(tmp_path / "inventory.ini"),
-            "-e", json.dumps(extra), str(tmp_path / "deploy.yml")] + (["--limit", limit] if limit else [])
+            "-e", json.dumps(extra), str(tmp_path / "deploy.yml")] + (["--limit", limit] if limit else []) + list(args)
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
     try:
         out = json.loads(proc.stdout)
@@ -206,3 +213,16 @@ def test_a_limit_that_names_the_markers_keeps_them(tmp_path):
         "stayed on the old revision: gpu1 (its batch failed on gpu1 (rolled back to the previous config on gpu1))",
         "stayed on the old revision: gpu2 (halted after an earlier failure (its batch did not start))",
     ]
+
+
+@pytest.mark.parametrize("args", [(), ("--tags", "sglang_configure")])
+def test_a_limit_on_one_rank_of_a_multinode_server_is_refused_before_the_switch(tmp_path, args):
+    # the planner keeps the ranks in the play; the roll refuses the server (the sglang role's ranks.yml)
+    # before switch.yml moves `current` or prunes anything on the rank that is there, whatever --tags
+    rc, out = _run(tmp_path, serial=1, multinode=["gpu2", "gpu3"], limit="gpu1,gpu2,localhost", args=args)
+    assert rc != 0
+    refused = dict(_task_results(out, "Roll out, batch by batch", "Stand in for the ranks check"))
+    assert refused["gpu2"].get("failed") and not refused["gpu1"].get("failed")
+    if not args:  # (the stand-ins below carry no tags: --tags skips them here, not so the roles' tasks)
+        assert _ran(out, "Stand in for the switch") == ["gpu1"]
+        assert _ran(out, "Stand in for the restart") == ["gpu1"]
