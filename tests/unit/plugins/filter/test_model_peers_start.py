@@ -124,3 +124,66 @@ def test_stale_peer_status_files_are_removed_before_any_server_starts(tmp_path):
     assert not (meta / "peer-status.json").exists() and (meta / "manifest.json").exists()
     # bookkeeping, not a change: a re-run stays changed=0
     assert "changed: [gpu1] => (item=kimi)" not in proc.stdout and "ok: [gpu1] => (item=kimi)" in proc.stdout
+
+
+TASKS = os.path.join(ROOT, "roles", "model", "tasks")
+
+
+def _load(name):
+    with open(os.path.join(TASKS, name)) as handle:
+        return yaml.safe_load(handle)
+
+
+def test_a_host_failing_one_model_stops_its_peer_server_before_the_next_model(tmp_path):
+    """Review finding 1: stage.yml and model.yml as they ship, two models, gpu2 fails model a. Its peer
+    server stops in model a's rescue, before any host stages model b (not in the stage's `always:`,
+    after every model); the `always:` does not stop it twice (the bytes it reported stay)."""
+    (tmp_path / "stage.yml").write_text(json.dumps(_load("stage.yml")))
+    # model.yml: its own rescue around stand-ins for resolve, fetch and verify
+    model = _load("model.yml")
+    assert len(model) == 1 and "rescue" in model[0], "model.yml: one block whose rescue stops the peer server"
+    model[0]["block"] = [
+        {"name": "Fetch or verify fails on gpu2", "ansible.builtin.fail": {"msg": "verify failed"},
+         "when": "inventory_hostname == 'gpu2' and _model_item.name == 'a'"},
+        {"name": "Staged {{ _model_item.name }}", "ansible.builtin.debug": {"msg": "staged"}},
+    ]
+    (tmp_path / "model.yml").write_text(json.dumps(model))
+    start = [t for t in _load("peers_start.yml") if t["name"] == "Note this host's Hub access for the plan"]
+    start.append({"name": "Stand in for the peer server's start",
+                  "ansible.builtin.set_fact": {"__model_peer_serve": {"url": "http://x/", "bytes_sent": 0}}})
+    (tmp_path / "peers_start.yml").write_text(json.dumps(start))
+    stop = _load("peers_stop.yml")
+    inner = stop[0]["block"]
+    assert "gpufleet.llm.peer_serve" in inner[0]
+    # the real stop's answer: the bytes sent, then 0 for a server that is no longer running
+    inner[0] = {"name": "Stop the peer server", "ansible.builtin.set_fact": {
+        "__model_peer_stopped": {"bytes_sent": "{{ 0 if _stand_in_stopped | default(false) else 123 }}", "unit": "u"},
+        "_stand_in_stopped": True}}
+    (tmp_path / "peers_stop.yml").write_text(json.dumps(stop))
+    (tmp_path / "inventory.ini").write_text("".join(
+        "%s ansible_connection=local ansible_python_interpreter=%s model_peer_hub_access=true\n" % (h, sys.executable)
+        for h in ("gpu1", "gpu2")))
+    playbook = [
+        {"hosts": "all", "gather_facts": False,
+         "vars": {"model_distribution": "peers", "model_models": [{"name": "a", "repo_id": "lab/a"},
+                                                                   {"name": "b", "repo_id": "lab/b"}]},
+         "tasks": [{"name": "Stage", "ansible.builtin.include_tasks": "stage.yml"}]},
+        {"hosts": "localhost", "gather_facts": False, "tasks": [{"ansible.builtin.copy": {
+            "content": "{{ {'gpu1': hostvars.gpu1.model_peer_bytes_served | default(None),"
+                       " 'gpu2': hostvars.gpu2.model_peer_bytes_served | default(None)} | to_json }}",
+            "dest": str(tmp_path / "served.json")}}]},
+    ]
+    (tmp_path / "play.yml").write_text(json.dumps(playbook))
+    env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING="False", ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
+               ANSIBLE_COLLECTIONS_PATH=os.path.dirname(os.path.dirname(os.path.dirname(ROOT))))
+    argv = [sys.executable, "-m", "ansible.cli.playbook", "-i", str(tmp_path / "inventory.ini"), str(tmp_path / "play.yml")]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+    out = proc.stdout
+    assert "TASK [Staged b]" in out, out[-4000:] + proc.stderr[-3000:]
+    stopped = out.index("TASK [Stop the peer exchange of this failed host]")
+    assert stopped < out.index("TASK [Staged b]")
+    assert "a: Fetch or verify fails on gpu2 failed: verify failed" in out
+    recap = out[out.index("PLAY RECAP"):]
+    assert "failed=1" in recap.split("gpu2", 1)[1].split("\n", 1)[0]
+    assert "failed=0" in recap.split("gpu1", 1)[1].split("\n", 1)[0]
+    assert json.loads((tmp_path / "served.json").read_text()) == {"gpu1": 123, "gpu2": 123}
