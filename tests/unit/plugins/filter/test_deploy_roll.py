@@ -72,6 +72,10 @@ def _stand_in(task: dict) -> list:
     if entry == "stage.yml":
         return [{"name": "Stand in for the stage", "ansible.builtin.fail": {"msg": "stage failed"},
                  "when": "inventory_hostname in stage_fail"}]
+    if entry == "pin.yml":
+        # the pin's resolve runs once for the fleet: its failure fails every host of the play
+        return [{"name": "Stand in for the pin", "ansible.builtin.fail": {"msg": "pin failed"},
+                 "run_once": True, "when": "pin_fail | default(false)"}]
     if entry == "ranks.yml":
         # the tags the include applies to the file's tasks (it must run whatever --tags selects)
         return [{"name": "Stand in for the ranks check", "ansible.builtin.assert": {"that": [
@@ -226,3 +230,20 @@ def test_a_limit_on_one_rank_of_a_multinode_server_is_refused_before_the_switch(
     if not args:  # (the stand-ins below carry no tags: --tags skips them here, not so the roles' tasks)
         assert _ran(out, "Stand in for the switch") == ["gpu1"]
         assert _ran(out, "Stand in for the restart") == ["gpu1"]
+
+
+def test_a_failed_pin_ends_the_run_before_anything_is_staged_and_before_the_summary(tmp_path):
+    # what deploy.yml's summary comment and docs/rollout.md say: a failed pin fails every host, and
+    # Ansible ends the run there with its own error (no batch marker keeps the pin play alive)
+    rc, out = _run(tmp_path, serial=1, extra_vars={"pin_fail": True})
+    assert rc != 0
+    names = [p["play"]["name"] for p in out["plays"]]
+    assert names == ["Prepare every host and pin one commit per model for the fleet"]
+    failed = _task_results(out, "Prepare every host and pin one commit per model for the fleet", "Stand in for the pin")
+    assert [h for h, r in failed if r.get("failed")] == ["gpu1"]
+
+
+def test_a_host_pattern_that_matches_no_host_says_so_in_the_summary(tmp_path):
+    rc, out = _run(tmp_path, serial=1, extra_vars={"gpufleet_hosts": "nosuchgroup"})
+    assert rc == 0
+    assert _summary(out) == ["no host matched gpufleet_hosts (nosuchgroup) and the --limit: nothing was staged or rolled"]
