@@ -29,6 +29,8 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._sglang_unit import R
 PEER_UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID")
 # Only file bytes count: error pages (401, 404) are not what a peer came for.
 _SERVED_STATUS = ("200", "206")
+# The one file under .gpufleet/ the server answers (the peer-status): not a model byte.
+_STATUS_PATH = "/.gpufleet/peer-status.json"
 # How long a started nginx may take to bind and write its pid file before the start is a failure.
 START_WAIT_SEC = 15.0
 _POLL_SEC = 0.1
@@ -51,14 +53,20 @@ def argument_spec() -> dict[str, dict[str, Any]]:
 
 
 def bytes_sent(log_path: str) -> int:
-    """Body bytes of the 200/206 answers in the access log (its first two fields), 0 without a log."""
+    """Body bytes of the 200/206 answers in the access log (its first two fields), 0 without a log.
+
+    Model files only: the peers' reads of ``.gpufleet/peer-status.json`` (every second while they
+    wait) are not bytes of the model."""
     total = 0
     try:
         with open(log_path, "r", encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 fields = line.split(" ", 2)
-                if len(fields) >= 2 and fields[1] in _SERVED_STATUS and fields[0].isdigit():
-                    total += int(fields[0])
+                if len(fields) < 3 or fields[1] not in _SERVED_STATUS or not fields[0].isdigit():
+                    continue
+                if _STATUS_PATH in fields[2]:
+                    continue
+                total += int(fields[0])
     except FileNotFoundError:
         return 0
     return total

@@ -144,6 +144,35 @@ def _source(item: _plan.Item, origins: Mapping[str, str], failed: Mapping[str, s
     return origins.get(item.key, "present")
 
 
+def same_bytes(items: Sequence[_plan.Item]) -> set[str]:
+    """Paths to fetch whose bytes travel with an earlier path of the same content (the transfer
+    fetches each content key once and hard-links the rest): not counted again in the bytes per source."""
+    seen: set[str] = set()
+    out: set[str] = set()
+    for item in items:
+        if item.action != "fetch":
+            continue
+        if item.key in seen:
+            out.add(item.remote.path)
+        seen.add(item.key)
+    return out
+
+
+def source_bytes(rows: Sequence[Mapping[str, Any]], duplicates: set[str] | frozenset = frozenset()) -> dict[str, Any]:
+    """bytes_from_hub, bytes_from_peers, from_peers of ``rows``; a path in ``duplicates`` moved no bytes."""
+    from_peers: dict[str, int] = {}
+    hub = 0
+    for row in rows:
+        if row["path"] in duplicates:
+            continue
+        source = row.get("source") or ""
+        if source == "hub":
+            hub += row["size"]
+        elif source.startswith("peer:"):
+            from_peers[source[5:]] = from_peers.get(source[5:], 0) + row["size"]
+    return {"bytes_from_hub": hub, "bytes_from_peers": sum(from_peers.values()), "from_peers": from_peers}
+
+
 def _done_action(item: _plan.Item, failed: Mapping[str, str]) -> str:
     if item.remote.path in failed:
         return "failed"
@@ -179,6 +208,8 @@ class Run(object):
         self.hub_share = (set(settings.hub_share) if settings.hub_share is not None
                           else (set() if self.peers else None))
         self.dropped: list[dict[str, str]] = []
+        # paths whose bytes travel with another path of the same content (counted once per source)
+        self.duplicates: set[str] = set()
 
     def _status(self, state: str, failed: Sequence[str] = ()) -> None:
         """The peer-status file the other hosts read; written only when this run fetches with peers."""
@@ -198,23 +229,25 @@ class Run(object):
         items = self._list()
         if self.check_mode:
             return self._apply(items)
-        # dest only after the listing passed its checks (an untrusted answer touches nothing); then at
-        # once a fresh status, so a status a killed run left tells the peers nothing stale
+        # dest only after the listing passed its checks (an untrusted answer touches nothing). The
+        # status only while the lock is held: a run waiting for it (or giving up) must not overwrite
+        # what the live run tells the peers; once held, at once a fresh status, so a status a killed
+        # run left tells the peers nothing stale
         os.makedirs(self.dest, exist_ok=True)
-        self._status("fetching")
         try:
             with _manifest.DirLock(self.dest, timeout=self.settings.lock_timeout):
-                res = self._apply(items)
+                self._status("fetching")
+                try:
+                    res = self._apply(items)
+                except SnapshotError as exc:
+                    self._status("failed", sorted(exc.details.get("failed") or {}))
+                    raise
+                except BaseException:
+                    self._status("failed")
+                    raise
+                self._status("done")
         except _manifest.LockTimeout as exc:
-            self._status("failed")
             raise SnapshotError(str(exc))
-        except SnapshotError as exc:
-            self._status("failed", sorted(exc.details.get("failed") or {}))
-            raise
-        except BaseException:
-            self._status("failed")
-            raise
-        self._status("done")
         return res
 
     def _refuse_symlinked_meta(self) -> None:
@@ -332,6 +365,7 @@ class Run(object):
             strays = _strays.scan_strays(self.dest, wanted=wanted, staging=self.staging, staging_keys=set(to_fetch))
         changed = any(it.action != "present" for it in items) or (
             self.settings.prune_partials and any(s["kind"] == "partial" for s in strays))
+        self.duplicates = same_bytes(items)
         planned = {it.key: _peers.planned_source(it.remote.path, peers=self.peers or [], hub_share=self.hub_share)
                    for it in items if it.action == "fetch"}
         res = self._result([_row(it, it.action, _source(it, planned, {})) for it in items], fetched_bytes=0, strays=strays,
@@ -373,6 +407,7 @@ class Run(object):
         """Link, fetch, record the manifest; the result, or SnapshotError naming each failed file."""
         self._link_or_fetch(items)
         fetching = [item for item in items if item.action == "fetch"]
+        self.duplicates = same_bytes(fetching)
         progress = Progress(self.dest, staging=self.staging, repo_id=self.settings.repo_id, commit=self.commit,
                             items=list(_plan.unique_fetches(fetching).values()))
         bytes_before = progress.bytes_done() if progress.items else 0
@@ -469,13 +504,4 @@ class Run(object):
 
     def _sources(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Bytes per source of the files this run placed (the check-mode plan: where they would come from)."""
-        from_peers: dict[str, int] = {}
-        hub = 0
-        for row in rows:
-            source = row.get("source") or ""
-            if source == "hub":
-                hub += row["size"]
-            elif source.startswith("peer:"):
-                from_peers[source[5:]] = from_peers.get(source[5:], 0) + row["size"]
-        return {"bytes_from_hub": hub, "bytes_from_peers": sum(from_peers.values()), "from_peers": from_peers,
-                "peers_dropped": list(self.dropped)}
+        return dict(source_bytes(rows, self.duplicates), peers_dropped=list(self.dropped))

@@ -11,8 +11,9 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hashing, _hub, _peers, _snapshot, _transfer
+from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hashing, _hub, _manifest, _peers, _snapshot, _transfer
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import peer_server
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import snapshot_files as sf
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"
 
@@ -353,6 +354,39 @@ def test_no_hub_and_only_hosts_without_hub_access_left_fails_at_once():
     source = _no_hub_source({"gpu1": "failed", "gpu2": None, "gpu3": "fetching"})
     [(dummy, res)] = source.resolve([_Item("x.safetensors")])
     assert res.final and "its owner gpu1 is failed" in res.error
+
+
+def test_a_run_waiting_for_the_lock_leaves_the_live_runs_peer_status_alone(tmp_path):
+    """Review (smaller): the status is written only once the lock is held; a run that times out on it
+    wrote "failed" over the live run's "fetching", and the peers took that run's share from the Hub."""
+    dest = tmp_path / "d"
+    listing = [{"path": "config.json", "size": 3, "sha256": None, "blob_id": "a" * 40}]
+    with _manifest.DirLock(str(dest)):
+        _peers.write_status(str(dest), "fetching")
+        with pytest.raises(_snapshot.SnapshotError) as err:
+            _snapshot.snapshot(dict(repo_id=TARGET, dest=str(dest), revision="c" * 40, listing=listing, hub=False,
+                                    peers=[], lock_timeout=0, min_free_bytes=0))
+    assert "lock" in err.value.msg
+    assert status_of(dest) == {"state": "fetching", "failed": []}
+
+
+def test_same_content_under_two_paths_counts_its_bytes_once():
+    """Review (smaller): the transfer fetches a content key once and hard-links the other paths; the
+    bytes per source counted each path, so a duplicate shard doubled bytes_from_peers."""
+    shard, config = b"s" * 1000, b"{}"
+    items = [sf.item_for("/d", rel, data, lfs) for rel, data, lfs in
+             (("a.safetensors", shard, True), ("copy/a.safetensors", shard, True), ("config.json", config, False))]
+    for item in items:
+        item.action = "fetch"
+    duplicates = _snapshot.same_bytes(items)
+    assert duplicates == {"copy/a.safetensors"}
+    rows = [{"path": it.remote.path, "size": it.remote.size, "source": src}
+            for it, src in zip(items, ("peer:gpu2", "peer:gpu2", "hub"))]
+    assert _snapshot.source_bytes(rows, duplicates) == {"bytes_from_hub": len(config), "bytes_from_peers": len(shard),
+                                                        "from_peers": {"gpu2": len(shard)}}
+    # a path planned as present or linked moved nothing of its own either way
+    items[0].action = "present"
+    assert _snapshot.same_bytes(items) == set()
 
 
 @pytest.mark.parametrize("peers, needle", [

@@ -124,7 +124,9 @@ def test_stop_reports_served_bytes_and_removes_the_run_dir(capsys, fake):
     run_module(peer_serve.main, capsys, args(fake))
     (fake["run"] / "access.log").write_text(
         '1000 200 10.0.0.2 [t] "GET /kimi/c1/a HTTP/1.1"\n10 206 10.0.0.2 [t] "GET /kimi/c1/a HTTP/1.1"\n'
-        '150 401 10.0.0.3 [t] "GET /kimi/c1/a HTTP/1.1"\n0 200 10.0.0.2 [t] "HEAD /kimi/c1/a HTTP/1.1"\n')
+        '150 401 10.0.0.3 [t] "GET /kimi/c1/a HTTP/1.1"\n0 200 10.0.0.2 [t] "HEAD /kimi/c1/a HTTP/1.1"\n'
+        # the peers' status polls are not model bytes (review: they were counted)
+        '40 200 10.0.0.2 [t] "GET /kimi/c1/.gpufleet/peer-status.json HTTP/1.1"\n')
     assert run_module(peer_serve.main, capsys, args(fake))["bytes_sent"] == 1010
     res = run_module(peer_serve.main, capsys, dict(name="fleet", state="stopped"))
     assert res["_rc"] == 0 and res["changed"] and res["bytes_sent"] == 1010
