@@ -10,6 +10,8 @@
 #      forged manifest entry keeps it "present" there), and gpu2's peer server is stopped mid-transfer
 #      (its egress capped, stopped once another host's staging file of a shard gpu2 owns holds 1 MiB:
 #      bytes, never the clock). Every other host ends with the Hub's bytes.
+#   C. gpu3 fails the first model (kimi): it stops its peer server in that model's rescue, before any
+#      host fetches the second (kimi-dflash); the others complete both from the Hub and the rest.
 # shellcheck source=../setup_lab/lab.sh
 . "$(dirname "$0")/../setup_lab/lab.sh"
 ROOT=/srv/itest-fleet-$$
@@ -138,4 +140,32 @@ wait "$STOPPER"
 cat "$LAB_TMP/stopped.txt"
 grep -q '^stopped gpu2' "$LAB_TMP/stopped.txt"
 ansible-playbook "${PLAY_ARGS[@]}" check.yml -e models_dir=b -e '{"skip_hosts": ["gpu1"]}'
+uncap
+
+# --- C: a host failing the first model stops its peer server at once (review finding 1) --------
+# gpu3 fails kimi (seed_fail.yml). Its server must stop in kimi's rescue, before any host fetches
+# kimi-dflash: the others then drop it (connection refused) and take its kimi-dflash share from the
+# Hub, instead of waiting model_peer_wait_timeout for a status gpu3 never writes. The wait is made
+# far longer than the target may run, so the old behaviour hangs rather than passes; the order of
+# events in the log is what is asserted, never a duration.
+rm -f "$INV/host_vars/gpu1.yml"
+ansible-playbook "${PLAY_ARGS[@]}" seed_fail.yml -e models_dir=c >/dev/null
+if ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.stage -e models_dir=c -e model_peer_wait_timeout=86400 \
+        > "$LAB_TMP/c.log" 2>&1; then
+    echo "stage c: gpu3 was to fail kimi, yet the stage passed" >&2
+    exit 1
+fi
+sed -n '/PLAY RECAP/,$p' "$LAB_TMP/c.log"
+python3 - "$LAB_TMP/c.log" <<'PY'
+import re, sys
+out = open(sys.argv[1]).read()
+recap = dict((h, int(f)) for h, f in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=\d+\s+unreachable=\d+\s+failed=(\d+)", out, re.M))
+assert recap.get("gpu3") == 1 and all(recap[h] == 0 for h in ("gpu1", "gpu2", "gpu4")), recap
+# gpu3's server stops in kimi's rescue, before any host starts fetching kimi-dflash
+stop = out.index("TASK [gpufleet.llm.model : Stop the peer exchange of this failed host]")
+assert stop < out.index("TASK [gpufleet.llm.model : Start fetching kimi-dflash]"), "gpu3 stopped its server only at the end"
+assert re.search(r"^ok: \[gpu3\]", out[stop:out.index("TASK [gpufleet.llm.model : Start fetching kimi-dflash]")], re.M)
+print("stage c: gpu3 failed kimi and stopped its peer server before kimi-dflash; the others completed")
+PY
+ansible-playbook "${PLAY_ARGS[@]}" check.yml -e models_dir=c -e '{"skip_hosts": ["gpu3"]}'
 echo "fleet: all scenarios passed"
