@@ -272,6 +272,10 @@ class PeerSource(object):
                 # it from the Hub for itself and then publishes it: wait for that, not fail now
                 out.append((item, Resolution(None, wait=True) if time.monotonic() < self.deadline
                             else self._no_hub(item, "timeout")))
+            elif self.hub is None and verdict == "hub" and not own:
+                # none is busy any more: a peer publishes before it says done, so one last look decides
+                holding = [p for p in self.holders([item])[path] if p.dropped is None]
+                out.append((item, self._to_peers(item, holding) if holding else self._no_hub(item, verdict)))
             elif self.hub is None:
                 out.append((item, self._no_hub(item, verdict)))
             else:

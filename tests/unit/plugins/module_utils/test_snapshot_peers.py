@@ -350,6 +350,23 @@ def test_no_hub_waits_while_a_hub_peer_still_fetches_after_the_owner_failed(othe
         assert res.final and "no Hub access" in res.error and "x.safetensors" in res.error
 
 
+def test_no_hub_takes_a_file_published_just_before_its_publisher_said_done():
+    """The statuses are read after the HEADs: a Hub peer that published x and then wrote "done" in
+    between is found by one last look, not reported as holding nothing."""
+    states = {"gpu1": "failed", "gpu2": "fetching", "gpu3": "fetching"}
+    source = _no_hub_source(states)
+    looks = []
+
+    def holders(items):
+        looks.append(len(looks))
+        # the first look (before the statuses) finds nobody; gpu2 then publishes x and says done
+        states["gpu2"] = "done"
+        return {item.remote.path: [source.peers[1]] if len(looks) > 2 else [] for item in items}
+    source.holders = holders
+    [(dummy, res)] = source.resolve([_Item("x.safetensors")])
+    assert res.origin == "peer:gpu2" and res.url.startswith(source.peers[1].url) and len(looks) == 3
+
+
 def test_no_hub_and_only_hosts_without_hub_access_left_fails_at_once():
     source = _no_hub_source({"gpu1": "failed", "gpu2": None, "gpu3": "fetching"})
     [(dummy, res)] = source.resolve([_Item("x.safetensors")])
