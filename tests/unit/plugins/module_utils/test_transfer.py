@@ -328,7 +328,7 @@ class PeerThenHub(object):
 
 def fake_aria2(serve):
     """_aria2.run stand-in: ``serve(url)`` gives a URL's bytes, or None for a URI that fails (refused)."""
-    def run(jobs, workdir, settings, **dummy):
+    def run(jobs, *dummy_args, **dummy_kwargs):
         outcomes, uri_errors = {}, {}
         for job in jobs:
             data = serve(job.url)
