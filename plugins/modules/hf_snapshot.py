@@ -142,6 +142,9 @@ options:
     description:
       - Rounds the module makes over files that failed (each round re-resolves their URLs, honours
         Retry-After and backs off); the module fails after the last one, naming each file and its error.
+      - With O(peers), a try that failed because of a peer that is then dropped (or that switched the file to
+        one peer at a time) uses none of them: such tries are bounded by the number of peers, so even V(1)
+        reaches the other peers and the Hub last. Waiting for a file's owner uses none either.
     type: int
     default: 5
   retry_wait:
@@ -248,14 +251,19 @@ options:
     elements: str
   hub:
     description:
-      - V(false) - never contact the Hub (needs O(listing)), for a host with only the cluster network. A file no
-        peer can give then fails, saying the host has no Hub access and no peer holds the file.
+      - V(false) - never contact the Hub (needs O(listing)), for a host with only the cluster network. When a
+        file's owner failed or was dropped, the host waits while any live peer with a C(share) (a host with Hub
+        access) is still fetching or has not started, since that peer takes the file from the Hub and publishes
+        it; once none is (or O(peer_wait_timeout) passed), the file fails, saying the host has no Hub access and
+        no peer holds it.
     type: bool
     default: true
   peer_wait_timeout:
     description:
-      - Seconds a file not in O(hub_share) is waited for while its owner is still fetching; after that it comes from
-        the Hub (the last resort; with O(hub=false) it fails).
+      - Seconds a file not in O(hub_share) is waited for while its owner is still fetching (with O(hub=false):
+        while a peer with Hub access is); after that it comes from the Hub (the last resort; with O(hub=false) it
+        fails). The wait normally ends by events (the file is published, the owner's server goes away, its
+        peer-status says C(done) or C(failed)), not by this timeout.
     type: int
     default: 3600
 requirements:

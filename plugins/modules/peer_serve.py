@@ -139,6 +139,7 @@ bytes_sent:
   description:
     - Body bytes of the C(200) and C(206) answers in the server's access log since its run directory was
       created (with O(state=stopped), read after the stop; 0 when it was not running).
+    - Model files only; the peers' reads of C(.gpufleet/peer-status.json) while they wait are not counted.
   returned: always
   type: int
 action:
