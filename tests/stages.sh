@@ -202,15 +202,18 @@ do_teardown_check() { run_pytest tests/lab/tests/test_lab_teardown.py -q; }
 
 # make test boots TEST_LAB_HOSTS (8) lab hosts and runs the integration targets in three lanes at
 # once, each on its own hosts under the names the targets know (gpu1, gpu2, ...), from its own copy of
-# the collection: sglang_role (the longest target) on hosts 3-4, the 4-host fleet target on hosts 5-8,
-# all the others on hosts 1-2. Most of a target's time is waiting on hosts (the controller's CPU is
+# the collection: sglang_role (the longest target) on hosts 3-4, the 4-host fleet target on hosts 5-8
+# and then sglang_role_ranks (sglang_role's multi-server scenarios) on hosts 5-6, all the others on
+# hosts 1-2. Most of a target's time is waiting on hosts (the controller's CPU is
 # often idle), so the lanes overlap well. The lanes share only the lab Hub, which they read (the
 # targets that reset, cap or fault a Hub, hf_snapshot and fleet, run their own private instances).
-# A lab of 4-7 hosts runs two lanes and then fleet on hosts 1-4; a lab of fewer than 4 hosts
+# A lab of 4-7 hosts runs two lanes (sglang_role_ranks in the first) and then fleet on hosts 1-4; a lab of fewer than 4 hosts
 # (`make lab-up` gives 2) runs every 2-host target in one lane and says that fleet did not run.
 TEST_LAB_HOSTS=${TEST_LAB_HOSTS:-8}
 LANE2_TARGETS=(sglang_role)
 FLEET_TARGETS=(fleet)
+# after fleet, on the first two of its hosts (8 hosts only; otherwise in lane 1)
+LANE3_AFTER_TARGETS=(sglang_role_ranks)
 
 lab_host_count() { grep -c '^gpu[0-9]* ansible_host=' "$INVENTORY" 2>/dev/null || true; }
 
@@ -262,12 +265,22 @@ do_integration() {
     lane_inventory "$CACHE/lane1" 1
     lane_inventory "$CACHE/lane2" 3
     lane_inventory "$CACHE/lane3" "$([ "$hosts" -ge 8 ] && echo 5 || echo 1)" 4
+    lane_inventory "$CACHE/lane4" 5
     for t in "${LANE2_TARGETS[@]}"; do exclude+=(--exclude "$t"); done
+    if [ "$hosts" -ge 8 ]; then
+        for t in "${LANE3_AFTER_TARGETS[@]}"; do exclude+=(--exclude "$t"); done
+    fi
     local pid1 pid3="" rc1=0 rc2=0 rc3=0
     run_lane lane1 "$COLL" "$CACHE/lane1/inventory.ini" "${exclude[@]}" "${fleet_out[@]}" &
     pid1=$!
     if [ "$hosts" -ge 8 ]; then
-        run_lane lane3 "$COLL_PARENT-lane3/ansible_collections/gpufleet/llm" "$CACHE/lane3/inventory.ini" "${FLEET_TARGETS[@]}" &
+        # fleet on hosts 5-8, then the 2-host sglang_role_ranks on hosts 5-6 (lane4), both from lane 3's copy
+        (
+            rc=0
+            run_lane lane3 "$COLL_PARENT-lane3/ansible_collections/gpufleet/llm" "$CACHE/lane3/inventory.ini" "${FLEET_TARGETS[@]}" || rc=$?
+            run_lane lane4 "$COLL_PARENT-lane3/ansible_collections/gpufleet/llm" "$CACHE/lane4/inventory.ini" "${LANE3_AFTER_TARGETS[@]}" || rc=$?
+            exit $rc
+        ) &
         pid3=$!
     fi
     run_lane lane2 "$COLL_PARENT-lane2/ansible_collections/gpufleet/llm" "$CACHE/lane2/inventory.ini" "${LANE2_TARGETS[@]}" || rc2=$?

@@ -50,13 +50,19 @@ scenario() {
     . "$TARGET_DIR/scenario_$1.sh"
 }
 only_mode() { [ -n "${SGLANG_ROLE_ONLY:-}" ]; }
+# SGLANG_ROLE_PART=ranks (the sglang_role_ranks target): after the fresh deploy (1.), the scenarios
+# of more than one server (batches, multinode, 10.) instead of the single-server ones (0., 2.-8.);
+# make test runs the two parts at once on their own lab hosts (tests/stages.sh, do_integration).
+ranks_part() { [ "${SGLANG_ROLE_PART:-}" = ranks ]; }
 
 ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml >/dev/null
 ansible-playbook -i "$INVENTORY" "$LAB_DIR/prepare-hosts.yml" >/dev/null
 
-echo "== 0. fetch only, then a check-mode deploy on hosts that never ran SGLang: a diff, nothing written"
-play some gpufleet.llm.deploy -e gpufleet_serve=false
-scenario first_check
+if ! ranks_part; then
+    echo "== 0. fetch only, then a check-mode deploy on hosts that never ran SGLang: a diff, nothing written"
+    play some gpufleet.llm.deploy -e gpufleet_serve=false
+    scenario first_check
+fi
 
 echo "== 1. full deploy of v1.0 (model role, then the sglang role), one server per batch"
 ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.deploy -e gpufleet_serial=1 > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
@@ -71,6 +77,19 @@ CUR=()
 if only_mode; then
     for name in $SGLANG_ROLE_ONLY; do [ "$name" = first_check ] || scenario "$name"; done
     echo "sglang_role: scenarios $SGLANG_ROLE_ONLY passed"
+    exit 0
+fi
+
+if ranks_part; then
+    scenario batches
+    scenario multinode    # 9., two hosts as one multi-node server, then its scenarios
+
+    echo "== 10. verify.yml on a corrupted shard: fails naming the host and the file"
+    ansible-playbook "${PLAY_ARGS[@]}" corrupt.yml -e itest_host=gpu1 >/dev/null
+    must_fail "$OUT" gpufleet.llm.verify "${CUR[@]}" -e sglang_multinode_group=itest_mn -i "$MN_INV"
+    expect_in "$OUT" 'gpu1'
+    expect_in "$OUT" 'model-00003-of-000004.safetensors'
+    echo "sglang_role (ranks): all scenarios passed"
     exit 0
 fi
 
@@ -150,25 +169,4 @@ done
 ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e itest_serving=current >/dev/null
 play 0 gpufleet.llm.deploy -e "$ARGS" -e itest_revision=main
 scenario crashloop
-scenario batches
-S6=$(state)
-
-echo "== 9. two hosts as one multi-node server: ranks, dist-init-addr, one batch, restarted together"
-{ cat "$INVENTORY"; printf '\n[itest_mn]\ngpu1\ngpu2\n'; } > "$MN_INV"
-ansible-playbook -i "$MN_INV" -e "@vars.yml" -e "model_tools_wheelhouse=$WHEELHOUSE" gpufleet.llm.deploy -e "$ARGS" \
-    -e itest_revision=main -e sglang_multinode_group=itest_mn -e gpufleet_serial=1 > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
-[ "$(grep -c 'PLAY \[Roll out, batch by batch\]' "$OUT")" -eq 1 ] || { echo "the ranks were split across batches" >&2; exit 1; }
-expect_in "$OUT" 'skipping: \[gpu2\]'
-ansible-playbook -i "$MN_INV" multinode-checks.yml >/dev/null
-S7=$(state); echo "$S7"
-for h in gpu1 gpu2; do
-    [ "$(field $h 2 <<<"$S7")" != "$(field $h 2 <<<"$S6")" ] || { echo "$h: not restarted with its rank" >&2; exit 1; }
-done
-scenario multinode
-
-echo "== 10. verify.yml on a corrupted shard: fails naming the host and the file"
-ansible-playbook "${PLAY_ARGS[@]}" corrupt.yml -e itest_host=gpu1 >/dev/null
-must_fail "$OUT" gpufleet.llm.verify -e "$ARGS" -e itest_revision=main -e sglang_multinode_group=itest_mn -i "$MN_INV"
-expect_in "$OUT" 'gpu1'
-expect_in "$OUT" 'model-00003-of-000004.safetensors'
-echo "sglang_role: all scenarios passed"
+echo "sglang_role: all single-server scenarios passed (the sglang_role_ranks target runs the others)"

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Sourced by runme.sh after the crashloop scenario (or after the first deploy with SGLANG_ROLE_ONLY=batches).
+# Sourced by runme.sh right after the first deploy (the sglang_role_ranks target: SGLANG_ROLE_PART=ranks;
+# or SGLANG_ROLE_ONLY=batches).
 # Issue 12 items 1 and 4: deploy.yml stages every host in ONE play, then rolls batch by batch; a server
 # that fails in batch 1 stops the roll. Here a config whose server never gets ready (as step 8) fails
 # gpu1's probe in batch 1 (gpufleet_serial=1): gpu1 is rolled back, batch 2 is halted before it

@@ -1,23 +1,31 @@
 # shellcheck shell=bash
-# Sourced by runme.sh after step 9 (or after the first deploy with SGLANG_ROLE_ONLY=multinode, which then
-# does step 9's multi-node deploy first). Issue 12 item 3: one multi-node server (gpu1 rank 0, gpu2
-# rank 1) is never split. (a) rank 0 fails its preflight: neither rank changes; (b) a change on one
+# Sourced by runme.sh (the sglang_role_ranks target: SGLANG_ROLE_PART=ranks) after the batches
+# scenario, or after the first deploy with SGLANG_ROLE_ONLY=multinode. Issue 12 item 3: one multi-node
+# server (gpu1 rank 0, gpu2 rank 1) is never split. 9. the two hosts become one server: one batch,
+# both ranks restarted; (a) rank 0 fails its preflight: neither rank changes; (b) a change on one
 # rank restarts both, once each; (c) a --limit holding one rank is refused, nothing changes (on a
 # revision change: `current` does not move, the served commit is not pruned); (d) a
 # rank systemd brought back alone (Restart=on-failure) makes the next deploy restart the whole server
 # and probe rank 0; the deploy after that changes nothing.
+echo "== 9. two hosts as one multi-node server: ranks, dist-init-addr, one batch, restarted together"
+MN_SINGLE=$(state)
+{ cat "$INVENTORY"; printf '\n[itest_mn]\ngpu1\ngpu2\n'; } > "$MN_INV"
+ansible-playbook -i "$MN_INV" -e "@vars.yml" -e "model_tools_wheelhouse=$WHEELHOUSE" gpufleet.llm.deploy "${CUR[@]}" \
+    -e sglang_multinode_group=itest_mn -e gpufleet_serial=1 > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
+[ "$(grep -c 'PLAY \[Roll out, batch by batch\]' "$OUT")" -eq 1 ] || { echo "the ranks were split across batches" >&2; exit 1; }
+expect_in "$OUT" 'skipping: \[gpu2\]'
+ansible-playbook -i "$MN_INV" multinode-checks.yml >/dev/null
+MN_JOINED=$(state); echo "$MN_JOINED"
+for h in gpu1 gpu2; do
+    [ "$(field $h 2 <<<"$MN_JOINED")" != "$(field $h 2 <<<"$MN_SINGLE")" ] || { echo "$h: not restarted with its rank" >&2; exit 1; }
+done
+
 echo "== multinode. the ranks of one server: a shared barrier, restarted together, never limited to one"
 MN_SAVED_ARGS=("${PLAY_ARGS[@]}")
 MN_HV_INV=$LAB_TMP/multinode-hostvar.ini
 # (b)'s change on one rank only: an inventory host var of gpu2 (vars.yml holds extra vars, which host
 # vars cannot override; sglang_protect_home is not among them), changing gpu2's unit only.
 { cat "$INVENTORY"; printf '\n[itest_mn]\ngpu1\ngpu2 sglang_protect_home=false\n'; } > "$MN_HV_INV"
-if only_mode; then
-    { cat "$INVENTORY"; printf '\n[itest_mn]\ngpu1\ngpu2\n'; } > "$MN_INV"
-    ansible-playbook -i "$MN_INV" -e "@vars.yml" -e "model_tools_wheelhouse=$WHEELHOUSE" gpufleet.llm.deploy "${CUR[@]}" \
-        -e sglang_multinode_group=itest_mn > "$OUT" 2>&1 || { cat "$OUT"; exit 1; }
-    ansible-playbook -i "$MN_INV" multinode-checks.yml >/dev/null
-fi
 PLAY_ARGS=(-i "$MN_INV" -e "@vars.yml" -e "model_tools_wheelhouse=$WHEELHOUSE" -e sglang_multinode_group=itest_mn)
 MN0=$(state); echo "$MN0"
 
@@ -44,7 +52,7 @@ for h in gpu1 gpu2; do
 done
 
 echo "   (c) --limit gpu2 (one rank of the server), on a revision change: refused before anything is written, current included"
-# the other fixture revision than the one deployed (CUR names main after step 9; only_mode deployed v1.0)
+# the other fixture revision than the one deployed (CUR names none: v1.0 is deployed; main if it names main)
 if [[ " ${CUR[*]} " == *" itest_revision=main "* ]]; then MN_OTHER_REV=v1.0; else MN_OTHER_REV=main; fi
 # shellcheck disable=SC2016  # expanded on the host
 MN_LINKS='for m in kimi kimi-dflash; do l=/srv/itest-sglang/models/$m/current; readlink "$l"; test -d "$(readlink -f "$l")" && echo present; done'

@@ -247,3 +247,12 @@ def test_a_host_pattern_that_matches_no_host_says_so_in_the_summary(tmp_path):
     rc, out = _run(tmp_path, serial=1, extra_vars={"gpufleet_hosts": "nosuchgroup"})
     assert rc == 0
     assert _summary(out) == ["no host matched gpufleet_hosts (nosuchgroup) and the --limit: nothing was staged or rolled"]
+
+
+def test_gpufleet_hosts_as_a_comma_list_rolls_every_host_it_names(tmp_path):
+    # a host pattern may be a comma list; "gpu1,gpu2:!gpufleet_markers" would cut its last item
+    # (gpu2:!gpufleet_markers matches nothing): gpu2 was staged but never planned into the roll
+    rc, out = _run(tmp_path, serial=1, extra_vars={"gpufleet_hosts": "gpu1,gpu2"})
+    assert rc == 0, _summary(out)
+    assert _ran(out, "Stand in for the restart") == ["gpu1", "gpu2"]
+    assert _summary(out) == ["moved: %s -> kimi@cccccccccccc" % h for h in ("gpu1", "gpu2")]
