@@ -58,6 +58,9 @@ class Peer:
     name: str
     url: str
     share: frozenset
+    # whether the peer has Hub access (it fetches from the Hub what its owner could not give); by
+    # default, whether it has a share (the plan gives the Hub's files to Hub hosts only)
+    hub: bool = False
     state: str = "unknown"  # unknown (server up, no status yet), fetching, done, failed
     failed: frozenset = frozenset()
     dropped: str | None = None
@@ -80,7 +83,11 @@ def parse_peers(raw: Sequence[Any] | None) -> list[Peer]:
             raise SnapshotError("peers entry %d (%s): share must be a list of paths" % (index, name))
         if name in {p.name for p in peers}:
             raise SnapshotError("peers entry %d: name %s is given twice" % (index, name))
-        peers.append(Peer(name=name, url=url, share=frozenset(share)))
+        hub = entry.get("hub", bool(share))
+        if not isinstance(hub, bool):
+            raise SnapshotError("peers entry %d (%s): hub must be true or false (whether that peer has Hub access), got %s"
+                                % (index, name, _hub.shown(hub)))
+        peers.append(Peer(name=name, url=url, share=frozenset(share), hub=hub))
     return peers
 
 
@@ -224,12 +231,13 @@ class PeerSource(object):
                           origin="peer:%s" % holding[0].name)
 
     def _hub_peers_busy(self) -> bool:
-        """Whether a live peer with Hub access (a share: the plan gives Hub hosts the files) is still
-        fetching or has not started: it fetches a file whose owner failed from the Hub and publishes
-        it. Hosts without Hub access do not count, or two of them would wait for each other."""
+        """Whether a live peer with Hub access (its ``hub``; even one with an empty share, e.g. more
+        Hub hosts than files) is still fetching or has not started: it fetches a file whose owner failed
+        from the Hub and publishes it. Hosts without Hub access do not count, or two of them would wait
+        for each other."""
         busy = False
         for peer in self.peers:
-            if peer.dropped is not None or not peer.share:
+            if peer.dropped is not None or not peer.hub:
                 continue
             if peer.name not in self.asked:
                 self.asked.add(peer.name)

@@ -225,7 +225,9 @@ options:
       - Other hosts that hold, or are fetching, this very commit (see the Peers section of docs/hf_snapshot.md).
         Each is a dict with C(name), C(url) (the base URL of that peer's copy of this commit directory, ending
         in C(/), e.g. C(http://10.0.0.12:8370/kimi/<commit>/), as M(gpufleet.llm.peer_serve) serves it) and
-        C(share) (the paths that peer fetches from the Hub; may be empty).
+        C(share) (the paths that peer fetches from the Hub; may be empty), and optionally C(hub) (whether that peer
+        has Hub access; default whether its C(share) is not empty: with O(hub=false) this host waits for such a
+        peer to take a file whose owner failed from the Hub).
       - A file is fetched from every live peer that holds it (C(HEAD) with O(peer_token) answers 200 with the
         listing's size), several peers per file as aria2 mirrors; its bytes get the same staging, hash and rename as
         from the Hub. A peer that refuses connections, answers an error, ends a body early or serves bytes that fail
@@ -252,8 +254,8 @@ options:
   hub:
     description:
       - V(false) - never contact the Hub (needs O(listing)), for a host with only the cluster network. When a
-        file's owner failed or was dropped, the host waits while any live peer with a C(share) (a host with Hub
-        access) is still fetching or has not started, since that peer takes the file from the Hub and publishes
+        file's owner failed or was dropped, the host waits while any live peer with Hub access (its C(hub)) is
+        still fetching or has not started, since that peer takes the file from the Hub and publishes
         it; once none is (or O(peer_wait_timeout) passed), the file fails, saying the host has no Hub access and
         no peer holds it.
     type: bool

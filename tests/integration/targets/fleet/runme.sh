@@ -146,11 +146,12 @@ uncap
 # gpu3 fails kimi (seed_fail.yml). Its server must stop in kimi's rescue, before any host fetches
 # kimi-dflash: the others then drop it (connection refused) and take its kimi-dflash share from the
 # Hub, instead of waiting model_peer_wait_timeout for a status gpu3 never writes. The wait is made
-# far longer than the target may run, so the old behaviour hangs rather than passes; the order of
-# events in the log is what is asserted, never a duration.
+# far longer than the target may run, and `timeout 1800` (a backstop against a hang, 30x the run's
+# normal length) turns that wait into a failure (no recap); the order of events in the log is what is
+# asserted, never a duration.
 rm -f "$INV/host_vars/gpu1.yml"
 ansible-playbook "${PLAY_ARGS[@]}" seed_fail.yml -e models_dir=c >/dev/null
-if ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.stage -e models_dir=c -e model_peer_wait_timeout=86400 \
+if timeout 1800 ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.stage -e models_dir=c -e model_peer_wait_timeout=86400 \
         > "$LAB_TMP/c.log" 2>&1; then
     echo "stage c: gpu3 was to fail kimi, yet the stage passed" >&2
     exit 1

@@ -320,7 +320,7 @@ def test_a_failed_uri_drops_its_peer_and_a_hub_download_drops_nobody():
 def _no_hub_source(states):
     """hub=false; gpu1 owns x (its state: states['gpu1']), gpu2 has a share (Hub access), gpu3 none;
     no peer holds x yet; each status read answers from ``states`` (None: the peer is unreachable)."""
-    peers = [_peers.Peer(name=n, url="http://10.0.0.%d:8370/m/c/" % i, share=frozenset(share))
+    peers = [_peers.Peer(name=n, url="http://10.0.0.%d:8370/m/c/" % i, share=frozenset(share), hub=bool(share))
              for i, (n, share) in enumerate((("gpu1", ["x.safetensors"]), ("gpu2", ["y.safetensors"]), ("gpu3", [])), 1)]
     source = _peers.PeerSource(peers, token=PEER_TOKEN, hub=None, hub_share=set(), wait_timeout=3600, timeout=1,
                                opener=None, log=lambda msg: None)
@@ -367,6 +367,30 @@ def test_no_hub_takes_a_file_published_just_before_its_publisher_said_done():
     assert res.origin == "peer:gpu2" and res.url.startswith(source.peers[1].url) and len(looks) == 3
 
 
+def test_no_hub_waits_for_a_hub_peer_with_an_empty_share():
+    """More Hub hosts than files: a Hub host may get no share at all. It still takes a file whose owner
+    failed from the Hub and publishes it, so a host without Hub access waits for it (its ``hub``)."""
+    peers = _peers.parse_peers([
+        {"name": "gpu1", "url": "http://10.0.0.1:8370/m/c/", "share": ["x.safetensors"]},
+        {"name": "gpu2", "url": "http://10.0.0.2:8370/m/c/", "share": [], "hub": True},
+        {"name": "gpu3", "url": "http://10.0.0.3:8370/m/c/", "share": []},
+    ])
+    assert [(p.name, p.hub) for p in peers] == [("gpu1", True), ("gpu2", True), ("gpu3", False)]
+    states = {"gpu1": "failed", "gpu2": "fetching", "gpu3": "fetching"}
+    source = _peers.PeerSource(peers, token=PEER_TOKEN, hub=None, hub_share=set(), wait_timeout=3600, timeout=1,
+                               opener=None, log=lambda msg: None)
+    source.holders = lambda items: {item.remote.path: [] for item in items}
+
+    def refresh(peer):
+        peer.state = states[peer.name]
+    source.refresh_status = refresh
+    [(dummy, res)] = source.resolve([_Item("x.safetensors")])
+    assert res.wait and not res.final
+    states["gpu2"] = "done"
+    [(dummy, res)] = source.resolve([_Item("x.safetensors")])
+    assert res.final and "no Hub access" in res.error
+
+
 def test_no_hub_and_only_hosts_without_hub_access_left_fails_at_once():
     source = _no_hub_source({"gpu1": "failed", "gpu2": None, "gpu3": "fetching"})
     [(dummy, res)] = source.resolve([_Item("x.safetensors")])
@@ -406,7 +430,31 @@ def test_same_content_under_two_paths_counts_its_bytes_once():
     assert _snapshot.same_bytes(items) == set()
 
 
+def test_a_run_counts_a_duplicate_paths_bytes_once(lab_hub, seed, peers, tmp_path):
+    """The same through snapshot(): a listing with one shard's content under a second path; the run
+    fetches it once (the second path is a hard link), and the result counts its bytes once."""
+    commit, listing, seed_dir = seed
+    first = next(e for e in listing if e["path"] == SHARDS[0])
+    dup = dict(first, path="copy/" + SHARDS[0])
+    (seed_dir / "copy").mkdir()
+    os.link(seed_dir / SHARDS[0], seed_dir / dup["path"])
+    full = listing + [dup]
+    one = peers("gpu2", [e["path"] for e in listing], seed_dir, "127.0.0.3")
+    os.mkdir(os.path.join(one.root, "copy"))
+    os.link(seed_dir / dup["path"], os.path.join(one.root, dup["path"]))
+    one.status("done")
+    dest = tmp_path / "d"
+    res = run(lab_hub, dest, **peer_args(commit, full, ("gpu2", one), hub_share=[]))
+    total = sum(e["size"] for e in listing)
+    assert res["bytes_from_hub"] == 0 and res["bytes_from_peers"] == total and res["from_peers"] == {"gpu2": total}
+    # what really moved: the shard's content through one of its two paths (the other is a hard link)
+    assert len({e["path"] for e in one.log if e["method"] == "GET" and e["path"].endswith("/" + SHARDS[0])}) == 1
+    assert_tree_verified(dest, full)
+    assert os.path.samefile(dest / SHARDS[0], dest / dup["path"])
+
+
 @pytest.mark.parametrize("peers, needle", [
+    ([{"name": "a", "url": "http://10.0.0.1:8370/m/c/", "share": [], "hub": "yes"}], "hub must be true or false"),
     ([{"name": "a", "url": "http://10.0.0.1:8370/m/c"}], "ending in '/'"),
     ([{"name": "a", "url": "ftp://10.0.0.1/m/c/"}], "http(s) URL"),
     ([{"name": "a b", "url": "http://10.0.0.1/m/c/"}], "host name"),
