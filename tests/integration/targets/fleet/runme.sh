@@ -90,12 +90,31 @@ ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml >/dev/null
 SEQ=$("${LAB[@]}" hub-seq "$HUB")
 stage a some -e models_dir=a
 hub_bytes_check "$SEQ" "$((COPY * 11 / 10))" "$ADDR4"
+# source_lines LOG: the role's line per host and model (the module's own accounting), "host: line"
+source_lines() {
+    python3 -c '
+import re, sys
+out = open(sys.argv[1]).read()
+for host, msg in re.findall(r"^ok: \[(\S+)\] => \{\n\s+\"msg\": \"([^\"]*bytes from the Hub[^\"]*)\"", out, re.M):
+    print("%s: %s" % (host, msg))' "$1"
+}
+source_lines "$LAB_TMP/a.log" | tee "$LAB_TMP/a.sources"
+[ "$(wc -l < "$LAB_TMP/a.sources")" -eq 8 ] || { echo "expected a source line per host and model" >&2; exit 1; }
+if [ "${FLEET_HUBLESS:-1}" = 1 ]; then
+    for m in kimi kimi-dflash; do
+        grep -qE "^gpu4: $m: 0 bytes from the Hub, [1-9][0-9]* from peers \(" "$LAB_TMP/a.sources" \
+            || { echo "gpu4 (no route to the Hub) does not say it took $m from peers only" >&2; exit 1; }
+    done
+fi
 ansible-playbook "${PLAY_ARGS[@]}" check.yml -e models_dir=a
 
 # --- A2: again, nothing to do ------------------------------------------------------------------
 SEQ=$("${LAB[@]}" hub-seq "$HUB")
 stage a2 0 -e models_dir=a
 hub_bytes_check "$SEQ" 0 "$ADDR4"
+source_lines "$LAB_TMP/a2.log" > "$LAB_TMP/a2.sources"
+[ "$(grep -cE '^gpu[1-4]: kimi(-dflash)?: 0 bytes from the Hub, 0 from peers$' "$LAB_TMP/a2.sources")" -eq 8 ] \
+    || { cat "$LAB_TMP/a2.sources"; echo "a re-run says it moved bytes" >&2; exit 1; }
 served=$(grep -cE 'served 0 bytes to its peers' "$LAB_TMP/a2.log" || true)
 [ "$served" -ge 4 ] || { grep -E 'served [0-9]+ bytes' "$LAB_TMP/a2.log"; echo "a re-run moved bytes between peers" >&2; exit 1; }
 

@@ -87,12 +87,15 @@ def test_every_host_gets_its_peers_share_and_one_token(tmp_path):
         assert args["peer_token"] == token
         assert args["peer_wait_timeout"] == 3600
         assert [p["name"] for p in args["peers"]] == [h for h in ("gpu1", "gpu2", "gpu3") if h != host]
+    # each peer says whether it has Hub access (hf_snapshot with hub=false waits for such a peer)
     assert kimi["gpu3"]["peers"] == [
-        {"name": "gpu1", "url": "http://10.9.0.1:8370/kimi/%s/" % COMMIT, "share": ["model-00001-of-000002.safetensors"]},
+        {"name": "gpu1", "url": "http://10.9.0.1:8370/kimi/%s/" % COMMIT, "share": ["model-00001-of-000002.safetensors"],
+         "hub": True},
         {"name": "gpu2", "url": "http://10.9.0.2:8370/kimi/%s/" % COMMIT,
-         "share": ["model-00002-of-000002.safetensors", "config.json"]},
+         "share": ["model-00002-of-000002.safetensors", "config.json"], "hub": True},
     ]
-    assert kimi["gpu1"]["peers"][1] == {"name": "gpu3", "url": "http://10.9.0.3:8370/kimi/%s/" % COMMIT, "share": []}
+    assert kimi["gpu1"]["peers"][1] == {"name": "gpu3", "url": "http://10.9.0.3:8370/kimi/%s/" % COMMIT, "share": [],
+                                        "hub": False}
 
 
 def test_no_host_with_hub_access_is_refused_with_the_fix(tmp_path):
@@ -165,8 +168,8 @@ def test_a_host_failing_one_model_stops_its_peer_server_before_the_next_model(tm
         for h in ("gpu1", "gpu2")))
     playbook = [
         {"hosts": "all", "gather_facts": False,
-         "vars": {"model_distribution": "peers", "model_models": [{"name": "a", "repo_id": "lab/a"},
-                                                                   {"name": "b", "repo_id": "lab/b"}]},
+         "vars": {"model_distribution": "peers",
+                  "model_models": [{"name": "a", "repo_id": "lab/a"}, {"name": "b", "repo_id": "lab/b"}]},
          "tasks": [{"name": "Stage", "ansible.builtin.include_tasks": "stage.yml"}]},
         {"hosts": "localhost", "gather_facts": False, "tasks": [{"ansible.builtin.copy": {
             "content": "{{ {'gpu1': hostvars.gpu1.model_peer_bytes_served | default(None),"
