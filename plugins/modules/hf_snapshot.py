@@ -143,7 +143,7 @@ options:
       - Rounds the module makes over files that failed (each round re-resolves their URLs, honours
         Retry-After and backs off); the module fails after the last one, naming each file and its error.
       - With O(peers), a try that failed because of a peer that is then dropped (or that switched the file to
-        one peer at a time) uses none of them: such tries are bounded by the number of peers, so even V(1)
+        one peer at a time) uses none of them; such tries are bounded by the number of peers, so even V(1)
         reaches the other peers and the Hub last. Waiting for a file's owner uses none either.
     type: int
     default: 5
@@ -226,7 +226,7 @@ options:
         Each is a dict with C(name), C(url) (the base URL of that peer's copy of this commit directory, ending
         in C(/), e.g. C(http://10.0.0.12:8370/kimi/<commit>/), as M(gpufleet.llm.peer_serve) serves it) and
         C(share) (the paths that peer fetches from the Hub; may be empty), and optionally C(hub) (whether that peer
-        has Hub access; default whether its C(share) is not empty: with O(hub=false) this host waits for such a
+        has Hub access; default whether its C(share) is not empty; with O(hub=false) this host waits for such a
         peer to take a file whose owner failed from the Hub).
       - A file is fetched from every live peer that holds it (C(HEAD) with O(peer_token) answers 200 with the
         listing's size), several peers per file as aria2 mirrors; its bytes get the same staging, hash and rename as
@@ -262,8 +262,7 @@ options:
     default: true
   peer_wait_timeout:
     description:
-      - Seconds a file not in O(hub_share) is waited for while its owner is still fetching (with O(hub=false):
-        while a peer with Hub access is); after that it comes from the Hub (the last resort; with O(hub=false) it
+      - Seconds a file not in O(hub_share) is waited for while its owner is still fetching (with O(hub=false), while a peer with Hub access is); after that it comes from the Hub (the last resort; with O(hub=false) it
         fails). The wait normally ends by events (the file is published, the owner's server goes away, its
         peer-status says C(done) or C(failed)), not by this timeout.
     type: int
