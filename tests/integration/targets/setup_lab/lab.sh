@@ -70,7 +70,8 @@ lab_run_at_exit() {
 trap lab_run_at_exit EXIT
 # Registered first, so it runs last: each target's wall time in the integration log (make test's
 # budget is watched per target; the integration stage of tests/stages.sh lists them).
-lab_took() { echo "== target $(basename "$TARGET_DIR") took ${SECONDS} s"; }
+# (GPUFLEET_TARGET_NAME: a target that runs another target's scripts, e.g. sglang_role_ranks)
+lab_took() { echo "== target ${GPUFLEET_TARGET_NAME:-$(basename "$TARGET_DIR")} took ${SECONDS} s"; }
 at_exit lab_took
 
 LAB_TMP=$(mktemp -d)

@@ -5,4 +5,4 @@
 # server (scenario_multinode.sh) and verify.yml on a corrupted shard of that server. The scripts,
 # playbooks and vars are sglang_role's (SGLANG_ROLE_PART=ranks there).
 cd "$(dirname "$0")/../sglang_role" || exit 1
-SGLANG_ROLE_PART=ranks exec bash ./runme.sh "$@"
+SGLANG_ROLE_PART=ranks GPUFLEET_TARGET_NAME=sglang_role_ranks exec bash ./runme.sh "$@"
