@@ -262,7 +262,8 @@ options:
     default: true
   peer_wait_timeout:
     description:
-      - Seconds a file not in O(hub_share) is waited for while its owner is still fetching (with O(hub=false), while a peer with Hub access is); after that it comes from the Hub (the last resort; with O(hub=false) it
+      - Seconds a file not in O(hub_share) is waited for while its owner is still fetching (with O(hub=false),
+        while a peer with Hub access is); after that it comes from the Hub (the last resort; with O(hub=false) it
         fails). The wait normally ends by events (the file is published, the owner's server goes away, its
         peer-status says C(done) or C(failed)), not by this timeout.
     type: int
