@@ -157,6 +157,7 @@ if kill -0 "$STOPPER" 2>/dev/null; then
 fi
 wait "$STOPPER"
 cat "$LAB_TMP/stopped.txt"
+source_lines "$LAB_TMP/b.log"   # for the log: who dropped whom (the bytes are asserted below, by hash)
 grep -q '^stopped gpu2' "$LAB_TMP/stopped.txt"
 ansible-playbook "${PLAY_ARGS[@]}" check.yml -e models_dir=b -e '{"skip_hosts": ["gpu1"]}'
 uncap
