@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """playbooks/stage.yml + deploy.yml as they ship (issue 12 items 1 and 4), run by a real
 ansible-playbook over local hosts with the roles' includes stood in by tasks that succeed or fail on
-the hosts a test names (the lab's sglang_role target, scenario_batches.sh, runs the real roles).
+the hosts a test names (the lab's sglang_role_ranks target, scenario_batches.sh, runs the real roles).
 
 What must hold: one stage play for every host; a server whose stage failed on any rank is left out
 of the roll with its other ranks; a failed server halts every later batch before it changes
