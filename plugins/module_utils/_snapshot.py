@@ -35,6 +35,7 @@ from typing import Any
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hub, _manifest, _paths, _secrets, _strays
 from ansible_collections.gpufleet.llm.plugins.module_utils import _peers, _transfer
+from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_listcheck as _listcheck
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_listing as _listing
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_plan as _plan
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_staging as _staging
@@ -276,6 +277,15 @@ class Run(object):
         mark = time.monotonic()
         if s.listing is not None:
             self.commit, remote_files, self.use_token = _listing.from_listing(s)
+            if s.hub:
+                # Another host's list is never trusted where this host can ask the Hub itself: every entry
+                # must be the Hub's own (a confirmation, resolve_only: the whole selection, nothing left out).
+                self.commit, own, self.use_token = _listing.list_remote(s, token=self.token, log=self.log)
+                _listcheck.refuse_differences(
+                    [f for f in remote_files if _listing.matches_patterns(f.path, s.allow_patterns, s.ignore_patterns)],
+                    [f for f in own if _listing.matches_patterns(f.path, s.allow_patterns, s.ignore_patterns)],
+                    repo_id=s.repo_id, commit=self.commit, endpoint=s.endpoint_url, listing_from=s.listing_from,
+                    whole=self.resolve_only)
         else:
             self.commit, remote_files, self.use_token = _listing.list_remote(s, token=self.token, log=self.log)
         self.timings.took("list", mark)

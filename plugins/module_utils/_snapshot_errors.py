@@ -61,7 +61,7 @@ class SnapshotError(ModuleFailure):
         (a traceback, shown with -vvv) when the failure came from one.
         """
         kwargs: dict[str, Any] = {"msg": self.msg}
-        for key in ("failed", "disk", "exception"):
+        for key in ("failed", "disk", "exception", "listing_differences"):
             if key in self.details:
                 kwargs[key] = self.details[key]
         partial = self.details.get("result")

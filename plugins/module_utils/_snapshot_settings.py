@@ -65,6 +65,7 @@ def argument_spec() -> dict[str, dict[str, Any]]:
         # Peer fetching (issue 12; _peers): the listing handed back from a resolve_only run, the peers
         # that hold (or will hold) this commit, and this host's own share of the Hub's bytes.
         listing=dict(type="list", elements="dict"),
+        listing_from=dict(type="str"),
         peers=dict(type="list", elements="dict"),
         peer_token=dict(type="str", no_log=True),
         hub_share=dict(type="list", elements="str"),
@@ -103,6 +104,7 @@ class Settings:
     lock_timeout: int
     hash_workers: int | None
     listing: list[dict[str, Any]] | None
+    listing_from: str | None
     peers: list[dict[str, Any]] | None
     peer_token: str | None = dataclasses.field(repr=False)
     hub_share: list[str] | None

@@ -218,8 +218,18 @@ options:
         used instead of listing the Hub. O(revision) must then be that 40-hex commit.
       - O(allow_patterns) and O(ignore_patterns) still apply; every entry gets the same checks as the Hub's own answer
         (ids, size, path safety), and a bad one fails before O(dest) is touched.
+      - With O(hub=true) the list is not taken on trust - this host lists the commit itself over its own Hub
+        connection (one listing, no file bytes) and fails, before anything is fetched or written, naming
+        O(listing_from) and every file where the two differ (path, size, C(blob_id), C(sha256)); it then fetches by its
+        own list. Only a host with O(hub=false) uses O(listing) as given; see the Peers section of docs/fleet.md for
+        which list such a host may be given.
     type: list
     elements: dict
+  listing_from:
+    description:
+      - Where O(listing) came from (for example the inventory name of the host that resolved it), named in the
+        failure when O(listing) differs from this host's own listing of the Hub.
+    type: str
   peers:
     description:
       - Other hosts that hold, or are fetching, this very commit (see the Peers section of docs/hf_snapshot.md).
@@ -424,6 +434,15 @@ disk:
   type: dict
   sample: {"needed_bytes": 3282, "linked_bytes": 632007321600, "free_bytes": 411000000000,
            "min_free_bytes": 10737418240, "short_bytes": 0, "filesystem": "/srv/models"}
+listing_differences:
+  description:
+    - When O(listing) differs from this host's own listing of the Hub (the run fails) - every difference, each
+      C(path), C(field) (C(presence), C(size), C(blob_id) or C(sha256)), C(given) (the value in O(listing)) and
+      C(hub) (the Hub's).
+  returned: failure, when O(listing) differs from the Hub's listing
+  type: list
+  elements: dict
+  sample: [{"path": "modeling_kimi_k25.py", "field": "blob_id", "given": "0c1f0a6d", "hub": "9e4b27c1"}]
 blocked:
   description: Check mode - why a real run would fail before fetching (disk space, C(aria2c)); empty when it would not.
   returned: check mode

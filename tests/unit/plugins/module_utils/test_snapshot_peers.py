@@ -6,6 +6,7 @@ real aria2c; peers are small Range-capable servers on loopback (peer_server.py; 
 integration target tests the real nginx of peer_serve). Faults are driven by bytes and events."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -38,16 +39,74 @@ def test_resolve_only_rows_carry_what_a_listing_needs(lab_hub, tmp_path):
         assert row["sha256"] == (entry["lfs"]["sha256"] if entry.get("lfs") else None)
 
 
-def test_listing_replaces_the_hub_listing(lab_hub, aria2c, tmp_path):
+def test_listing_is_held_against_the_hosts_own_listing(lab_hub, aria2c, tmp_path):
+    """hub=true: the listing handed over is not trusted; this host lists the commit itself and, when the
+    two agree, fetches by its own list."""
     res = listed(lab_hub, tmp_path, allow_patterns=["*.json"])
     listing = [{k: row[k] for k in ("path", "size", "sha256", "blob_id")} for row in res["files"]]
     lab_hub.reset()
     dest = tmp_path / "d"
-    got = run(lab_hub, dest, revision=res["commit"], listing=listing)
+    got = run(lab_hub, dest, revision=res["commit"], listing=listing, listing_from="gpu1", allow_patterns=["*.json"])
     assert got["changed"] and sorted(r["path"] for r in got["files"]) == sorted(r["path"] for r in listing)
-    # the Hub was never asked for a listing: only the files
-    assert not [e for e in lab_hub.log(server="api") if e["path"].startswith("/api/")]
+    # this host's own listing of the commit: over its own connection, before any file
+    assert [e for e in lab_hub.log(server="api") if e["path"].startswith("/api/models/%s/tree/" % TARGET)]
     assert all(os.path.isfile(dest / r["path"]) for r in listing)
+
+
+def _blob_id(data):
+    return hashlib.sha1(b"blob %d\x00" % len(data) + data).hexdigest()  # nosec B324 - git's object id
+
+
+def _forged(listing, path, **fields):
+    out = [dict(entry) for entry in listing]
+    for entry in out:
+        if entry["path"] == path:
+            entry.update(fields)
+    return out
+
+
+@pytest.mark.parametrize("resolve_only", [False, True], ids=["fetch", "resolve_only"])
+def test_a_forged_listing_is_refused_naming_its_source_and_the_file(lab_hub, aria2c, tmp_path, resolve_only):
+    """Issue 20 item 1: the host that resolved hands out a listing whose modeling_*.py entry names other
+    bytes (and adds a file). A host with Hub access refuses it before anything is fetched or written."""
+    res = listed(lab_hub, tmp_path)
+    listing = [{k: row[k] for k in ("path", "size", "sha256", "blob_id")} for row in res["files"]]
+    assert any(e["path"] == "modeling_kimi_k25.py" for e in listing)
+    evil = b"import os\nos.system('id > /tmp/pwned')\n"
+    forged = _forged(listing, "modeling_kimi_k25.py", size=len(evil), blob_id=_blob_id(evil))
+    forged.append({"path": "extra_hook.py", "size": len(evil), "sha256": None, "blob_id": _blob_id(evil)})
+    lab_hub.reset()
+    dest = tmp_path / "d"
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        run(lab_hub, dest, revision=res["commit"], listing=forged, listing_from="gpu1", resolve_only=resolve_only)
+    msg = err.value.msg
+    assert "handed over from gpu1" in msg and "modeling_kimi_k25.py: blob_id" in msg and "modeling_kimi_k25.py: size" in msg
+    assert "extra_hook.py: not on the Hub" in msg
+    fields = {(d["path"], d["field"]) for d in err.value.fail_kwargs()["listing_differences"]}
+    assert fields == {("modeling_kimi_k25.py", "size"), ("modeling_kimi_k25.py", "blob_id"), ("extra_hook.py", "presence")}
+    assert not dest.exists()
+    assert not [e for e in lab_hub.log() if "/resolve/" in e["path"] or e.get("server") == "cdn"]
+
+
+def test_a_listing_that_leaves_a_file_out_is_refused(lab_hub, tmp_path):
+    res = listed(lab_hub, tmp_path)
+    listing = [{k: row[k] for k in ("path", "size", "sha256", "blob_id")} for row in res["files"]]
+    short = [e for e in listing if e["path"] != "config.json"]
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        run(lab_hub, tmp_path / "d", revision=res["commit"], listing=short, resolve_only=True)
+    assert "handed over from the listing option" in err.value.msg and "config.json: left out of the listing" in err.value.msg
+
+
+def test_hub_false_takes_the_listing_as_given(lab_hub, tmp_path):
+    """A host without Hub access cannot check: it uses the listing as given (docs/fleet.md says which
+    list the model role gives such a host) and never asks the Hub."""
+    res = listed(lab_hub, tmp_path, allow_patterns=["*.json"])
+    listing = [{k: row[k] for k in ("path", "size", "sha256", "blob_id")} for row in res["files"]]
+    lab_hub.reset()
+    got = run(lab_hub, tmp_path / "d", revision=res["commit"], listing=listing, hub=False, resolve_only=True,
+              allow_patterns=["*.json"])
+    assert sorted(r["path"] for r in got["files"]) == sorted(e["path"] for e in listing)
+    assert not lab_hub.log(server="api")
 
 
 def test_listing_is_checked_like_the_hubs_answer(lab_hub, tmp_path):
@@ -76,7 +135,7 @@ def seed(lab_hub, aria2c, tmp_path):
     res = listed(lab_hub, tmp_path, allow_patterns=SELECTION)
     listing = [{k: row[k] for k in ("path", "size", "sha256", "blob_id")} for row in res["files"]]
     seed_dir = tmp_path / "seed"
-    run(lab_hub, seed_dir, revision=res["commit"], listing=listing)
+    run(lab_hub, seed_dir, revision=res["commit"], listing=listing, allow_patterns=SELECTION)
     lab_hub.reset()
     return res["commit"], listing, seed_dir
 
@@ -101,18 +160,20 @@ def peers(tmp_path):
 
 def peer_args(commit, listing, *servers, shares=None, **params):
     shares = shares or {}
-    args = dict(revision=commit, listing=listing, peer_token=PEER_TOKEN,
+    # the listing's selection: a host with Hub access holds the listing against its own, selected alike
+    args = dict(revision=commit, listing=listing, peer_token=PEER_TOKEN, allow_patterns=SELECTION,
                 peers=[{"name": name, "url": server.url, "share": shares.get(name, [])} for name, server in servers])
     args.update(params)
     return args
 
 
 def hub_files(hub, listing):
-    """Paths of the files whose bodies the lab Hub served (its API for small files, its CDN by sha256)."""
+    """Paths of the files whose bodies the lab Hub served (its API for small files, its CDN by sha256); not the
+    listing a host with Hub access makes to check the listing it was given."""
     by_name = {e["sha256"]: e["path"] for e in listing if e["sha256"]}
     by_name.update({e["path"].rsplit("/", 1)[-1]: e["path"] for e in listing})
     return {by_name.get(e["path"].rsplit("/", 1)[-1], e["path"]) for e in hub.log() + hub.log(server="cdn")
-            if e["method"] == "GET" and e["bytes_sent"]}
+            if e["method"] == "GET" and e["bytes_sent"] and not e["path"].startswith("/api/")}
 
 
 def scan_for(root, secret):
@@ -444,7 +505,8 @@ def test_a_run_counts_a_duplicate_paths_bytes_once(lab_hub, seed, peers, tmp_pat
     os.link(seed_dir / dup["path"], os.path.join(one.root, dup["path"]))
     one.status("done")
     dest = tmp_path / "d"
-    res = run(lab_hub, dest, **peer_args(commit, full, ("gpu2", one), hub_share=[]))
+    # hub=false: the duplicate path is not on the Hub, so a host with Hub access would refuse this listing
+    res = run(lab_hub, dest, **peer_args(commit, full, ("gpu2", one), hub_share=[], hub=False))
     total = sum(e["size"] for e in listing)
     assert res["bytes_from_hub"] == 0 and res["bytes_from_peers"] == total and res["from_peers"] == {"gpu2": total}
     # what really moved: the shard's content through one of its two paths (the other is a hard link)
