@@ -10,6 +10,8 @@
 #      forged manifest entry keeps it "present" there), and gpu2's peer server is stopped mid-transfer
 #      (its egress capped, stopped once another host's staging file of a shard gpu2 owns holds 1 MiB:
 #      bytes, never the clock). Every other host ends with the Hub's bytes.
+#   D. gpu1, the host that resolves, hands out a forged listing (and holds forged bytes of a modeling_*.py):
+#      gpu2 and gpu3 refuse it at the pin, naming gpu1 and the file; nothing starts, no tree changes.
 #   C. gpu3 fails the first model (kimi): it stops its peer server in that model's rescue, before any
 #      host fetches the second (kimi-dflash); the others complete both from the Hub and the rest.
 # shellcheck source=../setup_lab/lab.sh
@@ -117,6 +119,44 @@ source_lines "$LAB_TMP/a2.log" > "$LAB_TMP/a2.sources"
     || { cat "$LAB_TMP/a2.sources"; echo "a re-run says it moved bytes" >&2; exit 1; }
 served=$(grep -cE 'served 0 bytes to its peers' "$LAB_TMP/a2.log" || true)
 [ "$served" -ge 4 ] || { grep -E 'served [0-9]+ bytes' "$LAB_TMP/a2.log"; echo "a re-run moved bytes between peers" >&2; exit 1; }
+
+# --- D: the host that resolves hands out a forged list, and holds forged bytes (issue 20 item 1) --
+# gpu1 resolves for the fleet (the first host with Hub access). Its forged listing names other bytes for
+# modeling_kimi_k25.py, which it holds in its own tree, ready to serve. The others with Hub access (gpu2,
+# gpu3) list the commit themselves and refuse it at the pin, naming gpu1 and the file: the whole play
+# stops before any peer server starts or any host fetches. Then no host but gpu1 holds the forged bytes,
+# and no host's tree changed at all (every file's inode, size and mtime as before).
+tree_state() {
+    ansible -i "$INV/inventory.ini" gpu_nodes -m ansible.builtin.shell -o \
+        -a "cd $ROOT && find . -printf '%p %i %s %T@\\n' | sort | sha256sum; grep -rl gpufleet-hostile-marker $ROOT | sed s/^/HOSTILE:/ || true" \
+        | sed 's/ | CHANGED | rc=0 | (stdout) / /' | sort
+}
+before=$(tree_state)
+ansible-playbook "${PLAY_ARGS[@]}" hostile.yml -e '{"hostile_dirs": ["a"]}' >/dev/null
+at_exit ansible-playbook "${PLAY_ARGS[@]}" hostile.yml -e hostile_state=absent
+before_hostile=$(tree_state)
+if ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.stage -e models_dir=a > "$LAB_TMP/d.log" 2>&1; then
+    echo "stage d: gpu1 handed out a forged listing, yet the stage passed" >&2
+    exit 1
+fi
+ansible-playbook "${PLAY_ARGS[@]}" hostile.yml -e hostile_state=absent >/dev/null
+sed -n '/PLAY RECAP/,$p' "$LAB_TMP/d.log"
+python3 - "$LAB_TMP/d.log" <<'PY'
+import re, sys
+out = open(sys.argv[1]).read()
+refused = re.findall(r"^fatal: \[(gpu\d)\]: FAILED!.*handed over from gpu1.*modeling_kimi_k25\.py: ", out, re.M)
+assert sorted(refused) == ["gpu2", "gpu3"], "gpu2 and gpu3 must refuse gpu1's listing naming the file: %s" % refused
+for task in ("Start the peer server", "Start fetching kimi"):
+    assert "TASK [gpufleet.llm.model : %s" % task not in out, "the stage went on to: %s" % task
+print("stage d: gpu2 and gpu3 refused gpu1's forged listing at the pin; nothing started")
+PY
+after=$(tree_state)
+# gpu1 holds the forged bytes (it put them there itself); every tree is as it was before the run
+[ "$after" = "$before_hostile" ] || { diff <(echo "$before_hostile") <(echo "$after"); echo "stage d changed a tree" >&2; exit 1; }
+echo "$after" | grep '^gpu1 ' | grep -q 'HOSTILE:' || { echo "$after"; echo "gpu1 lost its forged bytes: the check sees nothing" >&2; exit 1; }
+if echo "$after" | grep -v '^gpu1 ' | grep -q 'HOSTILE:'; then echo "$after"; echo "forged bytes landed" >&2; exit 1; fi
+[ "$(echo "$before" | grep -v '^gpu1 ')" = "$(echo "$after" | grep -v '^gpu1 ')" ] || { echo "a tree changed" >&2; exit 1; }
+ansible-playbook "${PLAY_ARGS[@]}" check.yml -e models_dir=a -e '{"skip_hosts": ["gpu1"]}'
 
 # --- B: a corrupted peer and a peer stopped mid-transfer --------------------------------------
 # gpu4 may use the Hub again: a file whose owner was stopped must come from the Hub for someone.

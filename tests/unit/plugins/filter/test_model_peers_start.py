@@ -46,6 +46,7 @@ def _run(tmp_path, hub_access: dict, *, listings: dict | None = None):
     play_vars.update({
         "model_models": [{"name": "kimi", "repo_id": "lab/kimi"}],
         "model_pinned_commits": {"kimi": COMMIT},
+        "model_pinned_resolvers": {"kimi": next(iter(hub_access))},
         "model_pinned_listings": {"kimi": LISTING} if listings is None else listings,
         "out_dir": str(tmp_path),
         "model_models_root": str(tmp_path / "models"),
@@ -83,7 +84,7 @@ def test_every_host_gets_its_peers_share_and_one_token(tmp_path):
     assert kimi["gpu3"]["hub_share"] == [] and kimi["gpu3"]["hub"] is False
     assert kimi["gpu1"]["hub"] is True and kimi["gpu2"]["hub"] is True
     for host, args in kimi.items():
-        assert args["listing"] == LISTING
+        assert args["listing"] == LISTING and args["listing_from"] == "gpu1"
         assert args["peer_token"] == token
         assert args["peer_wait_timeout"] == 3600
         assert [p["name"] for p in args["peers"]] == [h for h in ("gpu1", "gpu2", "gpu3") if h != host]
