@@ -127,7 +127,7 @@ served=$(grep -cE 'served 0 bytes to its peers' "$LAB_TMP/a2.log" || true)
 # stops before any peer server starts or any host fetches. Then no host but gpu1 holds the forged bytes,
 # and no host's tree changed at all (every file's inode, size and mtime as before).
 tree_state() {
-    ansible -i "$INV/inventory.ini" gpu_nodes -m ansible.builtin.shell -o \
+    ANSIBLE_DEPRECATION_WARNINGS=False ansible -i "$INV/inventory.ini" gpu_nodes -m ansible.builtin.shell -o \
         -a "cd $ROOT && find . -printf '%p %i %s %T@\\n' | sort | sha256sum; grep -rl gpufleet-hostile-marker $ROOT | sed s/^/HOSTILE:/ || true" \
         | sed 's/ | CHANGED | rc=0 | (stdout) / /' | sort
 }
