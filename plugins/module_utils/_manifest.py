@@ -24,6 +24,14 @@ order, so a reboot or a remount can change it), and os.statvfs's f_fsid is no be
 it from the block device number too, as F2FS does). Ignoring it costs nothing in safety: another
 filesystem mounted at the same path would have to hold a file with the same inode number, size,
 mtime and ctime to the nanosecond.
+
+``.gpufleet/`` is ours and written as root: a ``.gpufleet`` that is a symlink, or a file of ours in
+it that is one, could point anywhere (writes would land there, and a manifest behind it would be
+trusted). hf_snapshot and model_verify refuse it before they read or write anything there
+(:func:`refuse_symlinked_meta`), and the lock is opened with O_NOFOLLOW.
+
+The directory is made 0755 whatever the umask (the peer exchange's nginx workers, another user, read
+``peer-status.json`` in it); what must stay private (staging) has its own 0700 directory.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ import os
 import tempfile
 import time
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _jsonfile
+from ansible_collections.gpufleet.llm.plugins.module_utils import _jsonfile, _paths
 
 META_DIR = ".gpufleet"
 MANIFEST = "manifest.json"
@@ -54,8 +62,82 @@ class LockTimeout(Exception):
     """Another run holds the directory lock for longer than we were told to wait."""
 
 
+class LockRefused(LockTimeout, OSError):
+    """The lock file (or ``.gpufleet`` itself) is a symlink: never followed.
+
+    A LockTimeout so that every caller that reports a lock it cannot take reports this one too, and an
+    OSError so that a caller reporting what the filesystem refused (hf_snapshot's last resort) does.
+    """
+
+
+class SymlinkedMetaError(ManifestError):
+    """``<dest>/.gpufleet``, or a file of ours in it, is a symlink (see :func:`refuse_symlinked_meta`)."""
+
+
+# Mode of the directories the peer exchange's nginx (another user) must traverse or read.
+DIR_MODE = _paths.DIR_MODE
+
+
 def meta_dir(dest):
     return os.path.join(dest, META_DIR)
+
+
+def _symlink_message(path: str, tool: str) -> str:
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    return ("%s is a symlink (to %s): %s refuses to follow it, since %s/ holds what gpufleet.llm trusts and writes as "
+            "this user (manifest, stat cache, lock, staging) and a link could point anywhere; remove the link (a real "
+            "one is made in its place) and run again" % (path, target, tool, META_DIR))
+
+
+def refuse_symlinked_meta(dest: str, tool: str, names=(LOCK, MANIFEST, STATCACHE)) -> None:
+    """SymlinkedMetaError when ``<dest>/.gpufleet``, or one of ``names`` in it, is a symlink.
+
+    Shared by hf_snapshot and model_verify, called before either reads or writes anything there.
+    ``tool`` names the caller in the message. ``dest`` itself may be a link (``current`` is one).
+    """
+    meta = meta_dir(dest)
+    for path in [meta] + [os.path.join(meta, name) for name in names]:
+        if os.path.islink(path):
+            raise SymlinkedMetaError(_symlink_message(path, tool))
+
+
+def ensure_meta_dir(dest: str) -> str:
+    """``<dest>/.gpufleet``, made if missing (DIR_MODE whatever the umask, ``dest`` too); LockRefused if it
+    is a symlink, NotADirectoryError if it is another file.
+
+    An existing one without o+x (made by an earlier run under umask 077) gets g+x and o+x: nginx's
+    workers must reach peer-status.json through it. Best effort: a directory we may not chmod stays.
+    """
+    meta = meta_dir(dest)
+    _paths.make_dirs(dest, DIR_MODE)
+    try:
+        os.mkdir(meta, DIR_MODE)
+        created = True
+    except FileExistsError:
+        created = False
+    if os.path.islink(meta):
+        raise LockRefused(_symlink_message(meta, "gpufleet.llm"))
+    if not os.path.isdir(meta):
+        raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory: move it away", meta)
+    try:
+        mode = os.lstat(meta).st_mode & 0o7777
+        if created or mode & 0o011 != 0o011:
+            fchmod_nofollow(meta, DIR_MODE if created else mode | 0o011)
+    except OSError:
+        pass
+    return meta
+
+
+def fchmod_nofollow(path: str, mode: int) -> None:
+    """chmod a directory without following a symlink put in its place meanwhile (ELOOP then)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def stat_record(path: str) -> dict:
@@ -141,7 +223,8 @@ def read_json(path: str, kind: str) -> dict | None:
 
 
 def read_manifest(dest):
-    """The manifest of ``dest`` as a dict, or None when there is none."""
+    """The manifest of ``dest`` as a dict, or None when there is none (SymlinkedMetaError: behind a link)."""
+    refuse_symlinked_meta(dest, "gpufleet.llm", names=(MANIFEST,))
     data = read_json(os.path.join(meta_dir(dest), MANIFEST), "manifest")
     if data is not None and not isinstance(data.get("files"), dict):
         raise ManifestError("manifest in %s has no files table" % meta_dir(dest))
@@ -163,12 +246,13 @@ def new_manifest(repo_id, repo_type, revision, commit, endpoint, files):
 
 
 def write_manifest(dest, manifest):
-    os.makedirs(meta_dir(dest), exist_ok=True)
+    ensure_meta_dir(dest)
     atomic_write_json(os.path.join(meta_dir(dest), MANIFEST), manifest)
 
 
 def read_statcache(dest):
     """{path: {"size", "mtime_ns", "ctime_ns", "ino", "dev", "sha256", "verified_at"}}; empty when absent."""
+    refuse_symlinked_meta(dest, "gpufleet.llm", names=(STATCACHE,))
     data = read_json(os.path.join(meta_dir(dest), STATCACHE), "stat cache")
     if data is None:
         return {}
@@ -177,7 +261,7 @@ def read_statcache(dest):
 
 
 def write_statcache(dest, files):
-    os.makedirs(meta_dir(dest), exist_ok=True)
+    ensure_meta_dir(dest)
     atomic_write_json(os.path.join(meta_dir(dest), STATCACHE), {"format": FORMAT, "files": files})
 
 
@@ -189,6 +273,9 @@ class DirLock(object):
     none). On a models_root shared by several hosts (NFS, CephFS: filesystems where flock is
     cluster-wide) the holder may be a run on another host, so the message says so: nothing on this
     host shows it.
+
+    The lock file is opened with O_NOFOLLOW, in a ``.gpufleet`` that is not a symlink: a link there
+    raises LockRefused (a LockTimeout) naming it, never ELOOP.
     """
 
     def __init__(self, dest: str, timeout: float = 0.0, poll: float = 0.2, *, option: str | None = "lock_timeout") -> None:
@@ -199,8 +286,13 @@ class DirLock(object):
         self._fd: int | None = None
 
     def __enter__(self):
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        ensure_meta_dir(os.path.dirname(os.path.dirname(self.path)))
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise LockRefused(_symlink_message(self.path, "gpufleet.llm"))
         deadline = time.monotonic() + max(0.0, self.timeout)
         while True:
             try:

@@ -223,6 +223,7 @@ class Run(object):
             # no disk preflight and no lock (the model role resolves a commit before it knows dest).
             return self._listed(self._list())
         self._refuse_symlinked_meta()
+        _staging.check_room(self.dest)
         manifest = offline_manifest(self.settings)
         if manifest is not None:
             self._status("done")
@@ -234,7 +235,7 @@ class Run(object):
         # status only while the lock is held: a run waiting for it (or giving up) must not overwrite
         # what the live run tells the peers; once held, at once a fresh status, so a status a killed
         # run left tells the peers nothing stale
-        os.makedirs(self.dest, exist_ok=True)
+        _paths.make_dirs(self.dest)  # 0755 whatever the umask (the peer server reads it), only the folders made here
         try:
             with _manifest.DirLock(self.dest, timeout=self.settings.lock_timeout):
                 self._status("fetching")
@@ -253,12 +254,11 @@ class Run(object):
 
     def _refuse_symlinked_meta(self) -> None:
         """dest/.gpufleet and its staging dir are written as root: never through a link to elsewhere."""
-        for path in (_manifest.meta_dir(self.dest), self.staging):
-            if os.path.islink(path):
-                raise SnapshotError(
-                    "%s is a symlink (to %s): hf_snapshot writes its manifest, lock and staging files there and "
-                    "refuses to follow a link that could point anywhere; remove the link (a real directory is "
-                    "made in its place) and run again" % (path, os.readlink(path)))
+        try:
+            _manifest.refuse_symlinked_meta(self.dest, "hf_snapshot",
+                                            names=(_staging.STAGING, _manifest.LOCK, _manifest.MANIFEST))
+        except _manifest.SymlinkedMetaError as exc:
+            raise SnapshotError(str(exc))
 
     def _offline(self, manifest: dict[str, Any]) -> dict[str, Any]:
         self.commit = manifest["commit"]
@@ -302,7 +302,7 @@ class Run(object):
             except _paths.UnsafePathError as exc:
                 unsafe.append(str(exc))
         if unsafe:
-            raise SnapshotError("refusing %s@%s: %d remote path(s) would land outside %s: %s" % (
+            raise SnapshotError("refusing %s@%s: %d remote path(s) would land outside %s or not fit its filesystem: %s" % (
                 s.repo_id, self.commit, len(unsafe), self.dest, "; ".join(unsafe[:10])), unsafe=unsafe)
         if not items:
             raise SnapshotError("%s@%s has no file matching allow_patterns=%s ignore_patterns=%s"
@@ -390,7 +390,7 @@ class Run(object):
         """Hard-link the items planned as links; one whose source no longer fits is fetched instead."""
         for item in items:
             if item.action == "link":
-                os.makedirs(self.staging, mode=0o700, exist_ok=True)
+                _staging.make_staging(self.dest)
                 if not _staging.link_from_source(item, self.staging, self.dest):
                     item.action = "fetch"
 

@@ -10,6 +10,10 @@ Bytes arrive in staging (named by content key, directory mode 0700) and are rena
 path only once their hash matched the Hub's. Nothing is written in place, so files hard-linked from
 an earlier revision stay intact, and a lost ``.aria2`` control file can never make a partial look
 complete (a staging file without one is hashed before it counts).
+
+A placed file this run created is 0644 and every folder made for it 0755, whatever the umask (aria2
+creates its files under the process umask): the peer exchange's nginx workers, another user, read
+them. Staging itself stays 0700.
 """
 
 from __future__ import annotations
@@ -31,15 +35,34 @@ ARIA2_WORKDIR = "run"
 DIRECT_MARK = _strays.STAGING_COMPANIONS[1]
 # Hard links cannot be made here (another filesystem, or one without them): fetch instead.
 _NO_HARD_LINK = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP)
+# The longest name written in staging: a content key (an LFS sha256, 64 hex digits; "blob-" and a git
+# blob id is shorter) with its longest companion (.aria2, .direct, or .link for a hard link on its way).
+LONGEST_STAGED = "f" * 64 + max(_strays.STAGING_COMPANIONS + (".link",), key=len)
 
 
 def staging_dir(dest: str) -> str:
     return os.path.join(_manifest.meta_dir(dest), STAGING)
 
 
+def check_room(dest: str) -> None:
+    """SnapshotError when a staging path under ``dest`` would be longer than its filesystem takes.
+
+    Checked before anything is written: otherwise the first fetch fails with ENAMETOOLONG, late.
+    Both spellings of dest count (as given, and resolved: placing uses the resolved one).
+    """
+    for root in sorted({os.path.abspath(dest), os.path.realpath(dest)}):
+        try:
+            _paths.check_length(os.path.join(staging_dir(root), LONGEST_STAGED), what="the staging path",
+                                fix="hf_snapshot stages each file in dest/%s/%s/ under a name of up to %d bytes; use a "
+                                    "shorter dest" % (_manifest.META_DIR, STAGING, len(LONGEST_STAGED)))
+        except _paths.PathTooLongError as exc:
+            raise SnapshotError("refusing dest %s: %s" % (_paths.shorten(dest), exc))
+
+
 def make_staging(dest: str) -> str:
     """Create the staging directory, mode 0700 even if it existed (it holds signed URLs' input file)."""
     staging = staging_dir(dest)
+    _manifest.ensure_meta_dir(dest)
     os.makedirs(staging, mode=0o700, exist_ok=True)
     os.chmod(staging, 0o700)
     return staging
@@ -81,7 +104,7 @@ def _folder_for(final: str, dest: str) -> None:
             raise SnapshotError("%s is a file where the revision has a folder (for %s); move it away"
                                 % (probe, os.path.relpath(final, dest)))
         probe = os.path.dirname(probe)
-    os.makedirs(folder, exist_ok=True)
+    _paths.make_dirs(folder)  # 0755 whatever the umask, only the folders made here
 
 
 def _share_record(shared: dict | None, fresh: dict) -> dict:

@@ -16,7 +16,8 @@ Where each part lives:
 Never writes a model file. The only write is ``<path>/.gpufleet/statcache.json`` (full and auto
 modes, not in check mode): the stat record of each weight file whose sha256 was hashed and matched,
 so that ``auto`` re-hashes only files whose (size, mtime, ctime, inode) changed since; a record
-without ctime vouches for nothing (_manifest.stat_matches).
+without ctime vouches for nothing (_manifest.stat_matches). A ``<path>/.gpufleet`` that is a
+symlink (or whose manifest, stat cache or lock is one) is refused before anything is read there.
 
 Costs by mode: ``quick`` reads config, index and shard headers (safetensors memory-maps a shard and
 parses only its header) and hashes only the small files, so its cost does not grow with the weights;
@@ -34,7 +35,7 @@ import typing as t
 
 from ansible.module_utils.basic import missing_required_lib
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _expect
+from ansible_collections.gpufleet.llm.plugins.module_utils import _expect, _manifest
 from ansible_collections.gpufleet.llm.plugins.module_utils import _safetensors as _st
 from ansible_collections.gpufleet.llm.plugins.module_utils import _verify_steps as _steps
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
@@ -180,7 +181,8 @@ def verify(path: str, *, check_mode: bool = False, expectations: list | None = N
 
     ``params``: options of the spec by name (``fail_on_problem`` is the module's concern and is
     ignored here). They are assumed validated by check_params: ``expectations`` is its return value;
-    when None, ``expect`` is compiled here.
+    when None, ``expect`` is compiled here. Raises VerifyError when ``<path>/.gpufleet`` (or a file of
+    ours in it) is a symlink.
     """
     start = time.monotonic()
     opts = options(path=path, **params)
@@ -196,6 +198,12 @@ def verify(path: str, *, check_mode: bool = False, expectations: list | None = N
         what = "does not exist" if not os.path.lexists(root) else "is not a directory"
         report.add("path", ["path %s %s; fetch the model there first (hf_snapshot) or fix path" % (path, what)])
         return _finish(result, report, start)
+    try:
+        # Before anything is read or written there: a linked .gpufleet could hold any manifest, and the
+        # stat cache and lock would be written wherever it points.
+        _manifest.refuse_symlinked_meta(root, "model_verify")
+    except _manifest.SymlinkedMetaError as exc:
+        raise VerifyError(str(exc))
 
     config, fields = _steps.check_config(report, root, expectations)
     result.update(fields)
@@ -240,7 +248,8 @@ def _finish(result: dict, report: _steps.Report, start: float) -> dict:
 def run_module(params: dict, *, check_mode: bool) -> dict:
     """The module's run on its validated ``params``: the result dict with ``changed`` (never True).
 
-    Raises VerifyError (MissingLibrary, ParamError) before any file is read.
+    Raises VerifyError (MissingLibrary, ParamError) before any file is read; VerifyError when
+    ``<path>/.gpufleet`` or a file of ours in it is a symlink.
     """
     for library, import_traceback in missing_libraries(expect=params["expect"], repo_id=params["repo_id"]):
         raise MissingLibrary(library, import_traceback)

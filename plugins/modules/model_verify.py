@@ -176,6 +176,8 @@ seealso:
 notes:
   - Run it with the tools venv's Python (C(ansible_python_interpreter=/opt/gpufleet/tools/bin/python)) that the
     C(gpufleet.llm.model) role installs.
+  - A C(<path>/.gpufleet) that is a symlink, or a C(manifest.json), C(statcache.json) or C(lock) in it that is one, is
+    refused before anything there is read or written (the module fails naming the link); remove the link.
 """
 
 EXAMPLES = r"""

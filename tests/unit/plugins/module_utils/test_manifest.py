@@ -43,7 +43,11 @@ def test_manifest_that_is_a_fifo_or_a_device_fails_at_once(tmp_path):
         m.read_manifest(str(tmp_path))
     (meta / "manifest.json").unlink()
     (meta / "manifest.json").symlink_to("/dev/zero")
+    # a manifest given by path (model_verify's manifest option) may be a link: the reader still stops
     with pytest.raises(m.ManifestError, match="character device"):
+        m.read_json(str(meta / "manifest.json"), "manifest")
+    # the one in .gpufleet/ is never followed (issue 20 item 5)
+    with pytest.raises(m.SymlinkedMetaError, match="manifest.json is a symlink"):
         m.read_manifest(str(tmp_path))
 
 
