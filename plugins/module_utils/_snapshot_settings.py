@@ -148,7 +148,8 @@ def _check(values: Mapping[str, Any]) -> None:
     _check_split_size(values["min_split_size"])
     for problem in (values["ca_path"] and _hub.ca_path_problem(values["ca_path"]),
                     values["proxy"] and _hub.proxy_problem(values["proxy"]),
-                    _hub.host_token_problem(values["token"]),
+                    # hub=false never asks the Hub: only a given token is checked then
+                    _hub.host_token_problem(values["token"]) if values["hub"] else _hub.token_problem(values["token"]),
                     _endpoint_problem(values["endpoint"])):
         if problem:
             raise SnapshotError(problem)

@@ -109,6 +109,18 @@ def test_snapshot_refuses_a_host_token_with_inner_junk(lab_hub, tmp_path, monkey
     assert TOKEN[8:] not in err.value.msg
 
 
+def test_hub_false_does_not_check_the_hosts_token(tmp_path, monkeypatch):
+    """A host without Hub access never sends its token: a broken HF_TOKEN there is not this run's concern."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN[:8] + "\t" + TOKEN[8:])
+    settings = _snapshot_settings.Settings.from_params(dict(repo_id=TARGET, revision="a" * 40, dest=str(tmp_path / "d"),
+                                                            hub=False, listing=[]))
+    assert settings.token is None
+    with pytest.raises(SnapshotError) as err:
+        _snapshot_settings.Settings.from_params(dict(repo_id=TARGET, revision="a" * 40, dest=str(tmp_path / "d"),
+                                                     hub=False, listing=[], token="a b"))
+    assert err.value.msg.startswith("token holds")
+
+
 def test_model_verify_strips_a_token_with_a_trailing_newline(lab_hub, tmp_path):
     """Private repo: today's main failed with "Illegal header value b'Bearer hf_...\\n'" in the problem line."""
     lie(lab_hub, private=True)
