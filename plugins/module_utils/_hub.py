@@ -33,18 +33,87 @@ from urllib import request as _urlrequest
 # The listing's answers are checked where they enter (_hub_answers); their names are _hub's too.
 from ansible_collections.gpufleet.llm.plugins.module_utils._hub_answers import (  # noqa: F401  pylint: disable=unused-import
     RemoteFile, UntrustedAnswerError, check_tree, checked_file, is_hex, shown)
+from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError
+
+
+def clean_token(token: str | None) -> str | None:
+    """``token`` without surrounding whitespace (a YAML block scalar's trailing newline), None when
+    nothing is left. What is left is checked by ``token_problem``."""
+    if not isinstance(token, str):
+        return token
+    return token.strip() or None
+
+
+def token_problem(token: str | None, option: str = "token") -> str | None:
+    """Why ``token`` cannot go into an Authorization header (None: it can), naming ``option``, never
+    the token: after ``clean_token``, a space, a control character or a non-ASCII character would
+    make the HTTP library refuse the header and print its value in the error."""
+    if not token or not isinstance(token, str):
+        return None
+    if all("!" <= char <= "~" for char in token):
+        return None
+    return ("%s holds a space, a control character or a non-ASCII character inside it (surrounding whitespace is "
+            "removed, inner characters are not): give the token exactly as the Hub shows it; check the variable "
+            "it comes from for a stray line break, quote or space" % option)
+
+
+HOST_TOKEN_OPTION = "the host's token (HF_TOKEN or the huggingface_hub token file)"
 
 
 def host_token(given: str | None) -> str | None:
     """The token given, else the host's (HF_TOKEN, the token file), else None: what huggingface_hub
-    itself would send. hf_snapshot sends it; model_verify masks it in listing errors."""
+    itself would send, without surrounding whitespace. hf_snapshot and model_verify send it only
+    once the Hub asks for it (a 401, or a 404 that may mean private). Its characters are checked
+    by the options' checks (``token_problem``; ``host_token_problem`` for the host's)."""
+    given = clean_token(given)
     if given:
         return given
     try:
         from huggingface_hub import get_token
     except ImportError:
         return None
-    return get_token() or None
+    return clean_token(get_token())
+
+
+def host_token_problem(given: str | None) -> str | None:
+    """``token_problem`` of the token ``host_token(given)`` finds, naming the option it came from."""
+    if clean_token(given):
+        return token_problem(clean_token(given), "token")
+    return token_problem(host_token(None), HOST_TOKEN_OPTION)
+
+
+def endpoint_problem(endpoint: str | None, option: str = "endpoint") -> str | None:
+    """Why ``endpoint`` cannot be a Hub endpoint (None: it can), naming ``option``.
+
+    It must be an http(s)://host[:port][/path] URL: no user info (it would be written into the
+    manifest), no query or fragment. The URL is never shown: it may carry user:password.
+    """
+    if endpoint is None:
+        return None
+    form = "an http(s)://host[:port][/path] URL"
+    if not isinstance(endpoint, str) or not endpoint.strip():
+        return "%s must be %s, got an empty value" % (option, form)
+    if endpoint != endpoint.strip() or any(char.isspace() or ord(char) < 32 or ord(char) == 127 for char in endpoint):
+        return "%s must be %s without spaces or control characters" % (option, form)
+    try:
+        parts = _urlparse.urlsplit(endpoint)
+        port = parts.port  # ValueError for a port that is no number or out of range
+    except ValueError:
+        return "%s is not %s (its host or port cannot be read)" % (option, form)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        scheme = parts.scheme if "://" in endpoint or parts.scheme == "file" else None
+        return ("%s must be %s (for example https://hub.example:8443), got %s"
+                % (option, form, "a URL with scheme %r" % scheme if scheme else "no http:// or https:// scheme"))
+    if "@" in parts.netloc:
+        return ("%s must be %s without user info (user:password@): it would be written into the manifest; give "
+                "the credentials as token" % (option, form))
+    if not parts.hostname:
+        return "%s must be %s, got no host" % (option, form)
+    if port == 0:
+        return "%s must be %s, got port 0" % (option, form)
+    if parts.query or parts.fragment or "?" in endpoint or "#" in endpoint:
+        return "%s must be %s without a query (?...) or fragment (#...)" % (option, form)
+    return None
 
 
 def hf_api(endpoint: str | None = None, token: str | bool | None = None, *,
@@ -119,7 +188,49 @@ class HubTLSError(OSError):
 _CLIENT_LOCK = threading.RLock()
 
 
-def _client_factory(config: HubHTTPConfig) -> Callable[[], Any]:
+class ForeignOriginError(UntrustedAnswerError):
+    """A request of ours (a listing's next page, a redirect) would go to another origin than the
+    endpoint's: refused before it is sent, so neither the token nor our trust goes there."""
+
+
+def origin_of(url: str) -> str:
+    """scheme://host[:port] of ``url``, never its user info, path or query (for messages)."""
+    parts = _urlparse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname or "?"
+    if ":" in host:
+        host = "[%s]" % host
+    return "%s://%s%s" % (parts.scheme or "?", host, ":%d" % port if port else "")
+
+
+def _same_origin_guard(origin: str | None) -> Callable[[Any], None]:
+    """An httpx request hook: every request made during our call goes to ``origin`` or not at all.
+
+    huggingface_hub follows a listing's ``Link: <...>; rel="next"`` to whatever host it names and
+    sends the same headers (the token) there; httpx drops Authorization on a cross-origin redirect
+    but would still fetch the page. An honest Hub keeps both on its own origin, so anything else is
+    an untrusted answer: refused by name, before a byte (or the token) leaves.
+    """
+
+    def hook(request: Any) -> None:
+        if origin is None:
+            return
+        url = str(request.url)
+        if same_origin(url, origin):
+            return
+        request.headers.pop("Authorization", None)  # never sent, even if a caller swallowed the error
+        raise ForeignOriginError(
+            "the endpoint %s sent the listing on to another origin, %s (a next-page Link or a redirect); refusing to "
+            "follow it: the token goes only to the endpoint, and a page from another host is not the Hub's answer"
+            % (origin_of(origin), origin_of(url)))
+
+    return hook
+
+
+def _client_factory(config: HubHTTPConfig, origin: str | None = None) -> Callable[[], Any]:
     from huggingface_hub.utils import _http as hf_http  # late, as in hf_api
 
     # the HTTP library huggingface_hub itself uses (httpx2 in 2.x, httpx in 1.x)
@@ -132,7 +243,8 @@ def _client_factory(config: HubHTTPConfig) -> Callable[[], Any]:
         verify = True  # huggingface_hub's own default
 
     def factory() -> Any:
-        kwargs: dict[str, Any] = {"event_hooks": {"request": [hf_http.hf_request_event_hook]},
+        # Ours first: a request to another origin is refused before huggingface_hub's hook logs it.
+        kwargs: dict[str, Any] = {"event_hooks": {"request": [_same_origin_guard(origin), hf_http.hf_request_event_hook]},
                                   "follow_redirects": True, "timeout": config.timeout, "verify": verify}
         if config.proxy:
             kwargs["proxy"] = config.proxy
@@ -142,14 +254,17 @@ def _client_factory(config: HubHTTPConfig) -> Callable[[], Any]:
 
 
 @contextlib.contextmanager
-def hub_http(config: HubHTTPConfig) -> Iterator[None]:
-    """huggingface_hub's shared client follows ``config`` inside the block, and what it was after."""
+def hub_http(config: HubHTTPConfig, origin: str | None = None) -> Iterator[None]:
+    """huggingface_hub's shared client follows ``config`` inside the block, and what it was after.
+
+    ``origin``: the endpoint; every request to another origin is refused (ForeignOriginError).
+    """
     import huggingface_hub
     from huggingface_hub.utils import _http as hf_http
 
     with _CLIENT_LOCK:
         previous = getattr(hf_http, "_GLOBAL_CLIENT_FACTORY", None) or hf_http.default_client_factory
-        huggingface_hub.set_client_factory(_client_factory(config))
+        huggingface_hub.set_client_factory(_client_factory(config, origin))
         try:
             yield
         except Exception as exc:  # pylint: disable=broad-except
@@ -191,6 +306,9 @@ class _ConfiguredApi(object):
     def __init__(self, api: Any, config: HubHTTPConfig) -> None:
         self._api = api
         self._config = config
+        # Every request of a call goes to the endpoint's origin (HfApi.endpoint: ours, else
+        # HF_ENDPOINT, else the public Hub) or is refused.
+        self._origin = getattr(api, "endpoint", None) or DEFAULT_ENDPOINT
         # Calls that take a per-call timeout pass None by default, which overrides the client's:
         # callers hand them this one.
         self.timeout = config.timeout
@@ -201,7 +319,7 @@ class _ConfiguredApi(object):
             return method
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            with hub_http(self._config):
+            with hub_http(self._config, self._origin):
                 answer = method(*args, **kwargs)
                 if isinstance(answer, collections.abc.Iterator):
                     answer = list(answer)
@@ -279,6 +397,11 @@ class HubHTTPError(Exception):
 
 class TokenLeakError(Exception):
     """The Hub handed out a URL that contains the token: refuse to pass it on."""
+
+
+class UnsafeRedirectError(SnapshotError, UntrustedAnswerError):
+    """A resolve redirected to a URL aria2 must not be given (file://, ftp://, ...): an untrusted
+    answer, reported by name and never retried (hf_snapshot reports it as it is)."""
 
 
 def repo_url_prefix(endpoint, repo_id, repo_type="model"):
@@ -434,6 +557,15 @@ def resolve_file(opener, endpoint, repo_id, commit, path, *, token=None, repo_ty
             if not location:
                 raise HubHTTPError(status, "%d redirect without a Location" % status, url=path)
             location = _urlparse.urljoin(url, location)
+            scheme = _urlparse.urlsplit(location).scheme.lower()
+            if scheme not in ("http", "https"):
+                # aria2 would read a file:// URL from this host's disk (or speak ftp/sftp to anywhere)
+                # and fail late as "aria2 stopped before this file finished".
+                raise UnsafeRedirectError(
+                    "refusing the Hub's answer for %s: its resolve redirects to a %s URL, not http(s). The Hub "
+                    "never does this: the endpoint (or a proxy on the way) is broken or untrusted, so nothing was "
+                    "handed to aria2 and the file is not retried; check endpoint and proxy"
+                    % (shown(path), "%s:" % scheme if scheme else "scheme-less"))
             if same_origin(location, endpoint or DEFAULT_ENDPOINT):
                 url = location
                 continue

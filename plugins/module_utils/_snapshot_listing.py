@@ -111,12 +111,17 @@ def list_remote(settings: Any, *, token: str | None, log: Callable[[str], None])
     """(commit, [RemoteFile], used_token) with retries on 429/5xx; token only if the repo needs it.
 
     ``settings``: repo_id, revision, repo_type, endpoint (None: huggingface_hub's choice),
-    endpoint_url (for messages), max_tries, retry_wait.
+    endpoint_url (for messages), max_tries, retry_wait, proxy, validate_certs, ca_path, timeout.
+    Switching to the token after the Hub asked for it (401, or a 404 that may mean private) is not a
+    try: ``max_tries: 1`` still lists a private or gated repo. Every request goes to the endpoint's
+    origin only (_hub.hf_api): a next page or redirect to another host is refused, never retried.
     """
     attempts = max(1, settings.max_tries)
     use_token = False
     last = None
-    for attempt in range(1, attempts + 1):
+    attempt = 0
+    # Bounded: each pass either returns, raises, counts a try, or turns use_token on (once).
+    while attempt < attempts:
         api = _hub.hf_api(endpoint=settings.endpoint, token=token if use_token else False,
                           http=_hub.HubHTTPConfig(proxy=settings.proxy, validate_certs=settings.validate_certs,
                                                   ca_path=settings.ca_path, timeout=settings.timeout))
@@ -130,15 +135,17 @@ def list_remote(settings: Any, *, token: str | None, log: Callable[[str], None])
             try:
                 last = _retryable(exc, settings, token=token, use_token=use_token)
             except _AskWithToken:
-                # asked again with the token, without a wait; this counts as one of max_tries
+                # the Hub asked for the token: ask again with it, at once; not a try of max_tries
                 use_token = True
                 continue
-        wait = backoff(settings.retry_wait, attempt)
-        log("listing failed (%s), retry %d/%d in %.0f s" % (last, attempt, attempts, wait))
+        attempt += 1
         if attempt < attempts:
+            wait = backoff(settings.retry_wait, attempt)
+            log("listing failed (%s), retry %d/%d in %.0f s" % (last, attempt, attempts, wait))
             time.sleep(wait)
-    raise SnapshotError("listing %s@%s on %s failed %d times, last: %s"
-                        % (settings.repo_id, settings.revision, settings.endpoint_url, attempts, last))
+    raise SnapshotError("listing %s@%s on %s failed %d time%s, last: %s"
+                        % (settings.repo_id, settings.revision, settings.endpoint_url, attempts,
+                           "" if attempts == 1 else "s", last or "no answer"))
 
 
 def untrusted(settings: Any, exc: Exception) -> SnapshotError:

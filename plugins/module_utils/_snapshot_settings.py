@@ -120,6 +120,8 @@ class Settings:
         for key, spec in argument_spec().items():
             value = params.get(key)
             values[key] = spec.get("default") if value is None else value
+        # A token from a YAML block scalar ends in a newline: stripped here, before anything sends it.
+        values["token"] = _hub.clean_token(values["token"])
         _check(values)
         values["dest"] = os.path.normpath(values["dest"])
         if values["endpoint"]:
@@ -147,10 +149,22 @@ def _check(values: Mapping[str, Any]) -> None:
     _check_numbers(values)
     _check_split_size(values["min_split_size"])
     for problem in (values["ca_path"] and _hub.ca_path_problem(values["ca_path"]),
-                    values["proxy"] and _hub.proxy_problem(values["proxy"])):
+                    values["proxy"] and _hub.proxy_problem(values["proxy"]),
+                    # hub=false never asks the Hub: only a given token is checked then
+                    _hub.host_token_problem(values["token"]) if values["hub"] else _hub.token_problem(values["token"]),
+                    _endpoint_problem(values["endpoint"])):
         if problem:
             raise SnapshotError(problem)
     _check_peer_options(values)
+
+
+def _endpoint_problem(endpoint: str | None) -> str | None:
+    """endpoint (else HF_ENDPOINT) as an http(s)://host[:port][/path] URL: a file:// URL, a missing
+    scheme or user:password@ would otherwise fail only after every retry (or land in the manifest)."""
+    if endpoint is not None:
+        return _hub.endpoint_problem(endpoint, "endpoint")
+    from_env = os.environ.get("HF_ENDPOINT")
+    return _hub.endpoint_problem(from_env, "HF_ENDPOINT (the endpoint in effect, endpoint unset)") if from_env else None
 
 
 def _check_peer_options(values: Mapping[str, Any]) -> None:

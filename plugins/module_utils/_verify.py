@@ -157,7 +157,9 @@ def _check_hub_options(opts: Options) -> None:
     # Imported here: _hub is needed only with repo_id (its checks use the standard library only).
     from ansible_collections.gpufleet.llm.plugins.module_utils import _hub
 
-    for problem in (opts.ca_path and _hub.ca_path_problem(opts.ca_path), opts.proxy and _hub.proxy_problem(opts.proxy)):
+    for problem in (opts.ca_path and _hub.ca_path_problem(opts.ca_path), opts.proxy and _hub.proxy_problem(opts.proxy),
+                    _hub.endpoint_problem(opts.endpoint, "endpoint"),
+                    opts.token is not False and _hub.host_token_problem(opts.token if isinstance(opts.token, str) else None)):
         if problem:
             raise ParamError(problem)
 

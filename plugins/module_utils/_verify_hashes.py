@@ -83,23 +83,46 @@ def expected_from_manifest(manifest_path: str) -> tuple | None:
     return out, data.get("commit")
 
 
+# What hf_snapshot's listing (_snapshot_listing.list_remote) reads from its settings.
+_ListingSettings = collections.namedtuple("_ListingSettings", [
+    "repo_id", "revision", "repo_type", "endpoint", "endpoint_url", "max_tries", "retry_wait", "proxy",
+    "validate_certs", "ca_path", "timeout"])
+
+
+def listing_token(token) -> str | None:
+    """The token the listing may send once the Hub asks for it: ``token`` without surrounding
+    whitespace, the host's (HF_TOKEN, the token file) when None, none when False."""
+    from ansible_collections.gpufleet.llm.plugins.module_utils import _hub
+
+    if token is False:
+        return None
+    return _hub.host_token(token if isinstance(token, str) else None)
+
+
 def expected_from_hub(repo_id: str, *, revision: str | None, endpoint: str | None, token, http=None,
                       allow_patterns=None, ignore_patterns=None) -> tuple:
     """({rel: Expected}, commit) as the Hub lists ``repo_id`` at ``revision`` now, the files
     ``allow_patterns``/``ignore_patterns`` select only (hf_snapshot's semantics).
 
-    ``http``: a ``_hub.HubHTTPConfig`` (proxy, validate_certs, ca_path, timeout) for every request;
-    None: the environment's proxy, the system CAs and a 60 s timeout.
+    The listing is hf_snapshot's (_snapshot_listing.list_remote, one try): a public repo is listed
+    without a token, the token (``listing_token``) goes along only after the Hub asks for it, and only
+    to the endpoint's origin. ``http``: a ``_hub.HubHTTPConfig`` (proxy, validate_certs, ca_path,
+    timeout) for every request; None: the environment's proxy, the system CAs and a 60 s timeout.
+    Raises _snapshot_errors.SnapshotError (or the HTTP library's error) when it cannot list.
     """
     # Imported here: huggingface_hub is needed only with repo_id.
     from ansible_collections.gpufleet.llm.plugins.module_utils import _hub
-    from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_listing import matches_patterns
+    from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_listing import list_remote, matches_patterns
 
-    api = _hub.hf_api(endpoint=endpoint, token=token,
-                      http=http or _hub.HubHTTPConfig(proxy=None, validate_certs=True, ca_path=None, timeout=60))
-    commit = _hub.resolve_commit(api, repo_id, revision or "main")
+    http = http or _hub.HubHTTPConfig(proxy=None, validate_certs=True, ca_path=None, timeout=60)
+    endpoint = endpoint.rstrip("/") if endpoint else None
+    settings = _ListingSettings(
+        repo_id=repo_id, revision=revision or "main", repo_type="model", endpoint=endpoint,
+        endpoint_url=endpoint or os.environ.get("HF_ENDPOINT") or _hub.DEFAULT_ENDPOINT, max_tries=1, retry_wait=0,
+        proxy=http.proxy, validate_certs=http.validate_certs, ca_path=http.ca_path, timeout=http.timeout)
+    commit, files, _used_token = list_remote(settings, token=listing_token(token), log=lambda line: None)
     out = {}
-    for f in _hub.list_revision(api, repo_id, commit):
+    for f in files:
         if matches_patterns(f.path, allow_patterns, ignore_patterns):
             out[f.path] = Expected(f.size, f.sha256.lower() if f.sha256 else None, f.blob_id, f.lfs, None)
     return out, commit
@@ -108,12 +131,10 @@ def expected_from_hub(repo_id: str, *, revision: str | None, endpoint: str | Non
 def _listing_secrets(token, http) -> list:
     """What a listing error must never show: the token in use (given, or the host's when None) and the
     proxy URL with its password."""
-    from ansible_collections.gpufleet.llm.plugins.module_utils import _hub
-
     found = [token if isinstance(token, str) else None]
     if token is None:
         try:
-            found.append(_hub.host_token(None))
+            found.append(listing_token(None))
         except Exception:  # pylint: disable=broad-except
             pass  # an unreadable token file: nothing of the host's to hide
     if http is not None and http.proxy:
@@ -139,11 +160,12 @@ def load_expected(report: Report, tree: Tree, *, mode: str, manifest: str | None
         except Exception as exc:  # pylint: disable=broad-except
             # huggingface_hub raises its own errors, httpx's and OSError; each is one line here.
             # Never the token (given or the host's) or the proxy's credentials in a problem line.
-            said = _secrets.mask(str(exc).splitlines()[0] if str(exc) else "", *_listing_secrets(token, http))
-            report.add("hashes", ["could not list %s at %s from %s (%s: %s); check repo_id, revision, endpoint, token "
+            said = _secrets.mask(str(exc), *_listing_secrets(token, http)).strip()
+            said = said.splitlines()[0] if said else ""
+            kind = "" if type(exc).__name__ == "SnapshotError" else "%s: " % type(exc).__name__
+            report.add("hashes", ["could not list %s at %s from %s (%s%s); check repo_id, revision, endpoint, token "
                                   "and, behind a proxy or a private CA, proxy and ca_path"
-                                  % (repo_id, revision or "main", endpoint or "the default endpoint",
-                                     type(exc).__name__, said)])
+                                  % (repo_id, revision or "main", endpoint or "the default endpoint", kind, said)])
             return None
         return Source("hub", "the Hub (%s@%s)" % (repo_id, revision or "main"), expected, commit)
     manifest_path = manifest or os.path.join(_manifest.meta_dir(tree.root), _manifest.MANIFEST)

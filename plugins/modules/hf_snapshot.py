@@ -103,10 +103,17 @@ options:
   token:
     description:
       - Hub token. Default is the host's token as C(huggingface_hub) finds it (C(HF_TOKEN), the
-        token file). It is used only when the repo needs it and only towards O(endpoint).
+        token file). It is used only when the repo needs it and only towards O(endpoint)'s origin (scheme,
+        host and port); a listing page or redirect on another origin is refused. See docs/hf_snapshot.md,
+        "Where the token goes".
+      - Surrounding whitespace is removed (a trailing newline of a YAML block scalar). A token that still
+        holds a space, a control character or a non-ASCII character is refused before any request.
     type: str
   endpoint:
-    description: Hub endpoint (a mirror). Default C(HF_ENDPOINT) on the host, else the public Hub.
+    description:
+      - Hub endpoint (a mirror). Default C(HF_ENDPOINT) on the host, else the public Hub.
+      - An V(http://) or V(https://) URL of the form scheme://host[:port][/path], without user info, query or fragment
+        (checked at once, as C(HF_ENDPOINT) is when it is the endpoint in effect).
     type: str
   connections:
     description: aria2 connections per file (C(--max-connection-per-server), 1-16).

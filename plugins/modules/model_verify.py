@@ -106,10 +106,19 @@ options:
     description: Branch, tag or commit of O(repo_id). Default V(main).
     type: str
   endpoint:
-    description: Hub endpoint for O(repo_id). Default C(HF_ENDPOINT) or the public Hub.
+    description:
+      - Hub endpoint for O(repo_id). Default C(HF_ENDPOINT) or the public Hub.
+      - An V(http://) or V(https://) URL of the form scheme://host[:port][/path], without user info, query or fragment
+        (checked at once).
     type: str
   token:
-    description: Hub token for O(repo_id). Default the host's token (C(HF_TOKEN) or the token file).
+    description:
+      - Hub token for O(repo_id). Default the host's token (C(HF_TOKEN) or the token file).
+      - Sent only after the Hub asks for it (a private or gated repo), as C(hf_snapshot) does, and only to
+        O(endpoint)'s origin; a listing page or redirect on another origin is refused. See docs/model_verify.md,
+        "Where the token goes".
+      - Surrounding whitespace is removed; a token that still holds a space, a control character or a
+        non-ASCII character is refused before any request.
     type: str
   proxy:
     description:

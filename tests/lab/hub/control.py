@@ -270,7 +270,7 @@ class LabControl:
 
 # What a hostile listing may replace in a file's tree / paths-info entry, and the switches of a repo.
 LISTING_FILE_KEYS = ("oid", "lfs_oid", "path", "size", "drop")
-LISTING_REPO_KEYS = ("files", "omit_sha", "leak_token")
+LISTING_REPO_KEYS = ("files", "omit_sha", "leak_token", "private", "next_origin", "resolve_location")
 
 
 def _listing_spec(repo: str, spec) -> dict:
@@ -288,4 +288,12 @@ def _listing_spec(repo: str, spec) -> dict:
         drop = fields.get("drop", [])
         if not isinstance(drop, list) or not all(isinstance(k, str) for k in drop):
             raise ConfigError(f"{repo}: files[{path!r}].drop must be a list of entry keys")
-    return {"files": files, "omit_sha": bool(spec.get("omit_sha")), "leak_token": bool(spec.get("leak_token"))}
+    next_origin = spec.get("next_origin")
+    if next_origin is not None and (not isinstance(next_origin, str) or not (
+            next_origin == "cdn" or next_origin.startswith(("http://", "https://")))):
+        raise ConfigError(f"{repo}: next_origin must be \"cdn\" or an http(s)://host[:port] origin")
+    location = spec.get("resolve_location")
+    if location is not None and (not isinstance(location, str) or not location):
+        raise ConfigError(f"{repo}: resolve_location must be a non-empty string (the Location to answer)")
+    return {"files": files, "omit_sha": bool(spec.get("omit_sha")), "leak_token": bool(spec.get("leak_token")),
+            "private": bool(spec.get("private")), "next_origin": next_origin, "resolve_location": location}

@@ -494,7 +494,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except RepoNotFound:
             raise HubError(404, "RepoNotFound", "Repository not found") from None
         info = self._token_info()
-        if repo.private and info is None:
+        hostile = self.hub.control.listing_for(repo_id)
+        if (repo.private or (hostile and hostile["private"])) and info is None:
             raise HubError(404, "RepoNotFound", "Repository not found")
         if repo.gated and need_files:
             # Like the Hub: metadata of a gated repo is public, file contents are not.
@@ -670,8 +671,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if start + page < len(items):
             q = {k: v[-1] for k, v in self._query.items() if k != "cursor"}
             q["cursor"] = base64.urlsafe_b64encode(str(start + page).encode()).decode().rstrip("=")
-            host = self.headers.get("Host") or self.hub.api_url.split("://", 1)[1]
-            headers["Link"] = f'<http://{host}{self._raw_path}?{urlencode(q)}>; rel="next"'
+            origin = "http://" + (self.headers.get("Host") or self.hub.api_url.split("://", 1)[1])
+            hostile = self.hub.control.listing_for(repo_id)
+            if hostile and hostile["next_origin"]:
+                # a mirror passing an upstream Link through, or a hostile one: the next page elsewhere
+                origin = self.hub.cdn_url if hostile["next_origin"] == "cdn" else hostile["next_origin"].rstrip("/")
+            headers["Link"] = f'<{origin}{self._raw_path}?{urlencode(q)}>; rel="next"'
         self._send_json(out, headers=headers)
 
     def _paths_info(self, repo_id, rev):
@@ -741,6 +746,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             auth = self.headers.get("Authorization") or ""
             if hostile and hostile["leak_token"] and auth.lower().startswith("bearer "):
                 loc += "&" + urlencode({"token": auth.split(" ", 1)[1].strip()})  # a Hub that leaks the token
+            if hostile and hostile["resolve_location"]:
+                loc = hostile["resolve_location"]  # e.g. file:///etc/passwd: a redirect aria2 must never get
             base.update({"ETag": f'"{sha}"', "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(f.lfs["size"]),
                          "Location": loc})
             return self._send_bytes(302, f"Found. Redirecting to {loc}".encode(), "text/plain; charset=utf-8",

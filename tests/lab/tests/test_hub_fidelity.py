@@ -11,6 +11,7 @@ import http.client
 import shutil
 import subprocess
 import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,11 @@ def test_list_repo_tree_pages_through_everything(hub):
     tree_calls = [e for e in hub.log() if "/tree/" in e["path"]]
     assert len(tree_calls) == -(-len(files) // 4), "one request per page of 4"
     assert all("cursor=" in e["query"] for e in tree_calls[1:])
+    # The Hub's form: an absolute URL on the API's own origin, the query kept, an opaque cursor.
+    with urllib.request.urlopen(hub.api + "/api/models/%s/tree/main?recursive=true" % TARGET, timeout=10) as resp:
+        link = resp.headers["Link"]
+    assert link.startswith("<%s/api/models/%s/tree/main?recursive=true&cursor=" % (hub.api, TARGET))
+    assert link.endswith('>; rel="next"')
 
     # expand=true: smaller pages, and the last commit that touched each file.
     expanded = {e.path: e for e in api.list_repo_tree(TARGET, recursive=True, expand=True)}

@@ -76,8 +76,45 @@ def test_omit_sha_and_leak_token(hub, lab_tokens):
     assert "token=" not in get_hf_file_metadata(url, token=lab_tokens["reader"]).location
 
 
+def test_private_next_origin_and_resolve_location(hub, lab_tokens):
+    """private: 404 without a token; next_origin: the tree's next page is announced on another host
+    (huggingface_hub follows it there, with the same Authorization header); resolve_location: the
+    resolve redirect's Location, whatever it is."""
+    from huggingface_hub.errors import RepositoryNotFoundError  # pylint: disable=import-outside-toplevel
+
+    listing(hub, {"repos": {TARGET: {"private": True, "next_origin": "cdn", "resolve_location": "file:///etc/passwd"}}})
+    hub.config(tree_page_size=3)
+    with pytest.raises(RepositoryNotFoundError):
+        HfApi(endpoint=hub.api).model_info(TARGET)
+    api = HfApi(endpoint=hub.api, token=lab_tokens["reader"])
+    assert api.model_info(TARGET).sha
+    with pytest.raises(Exception):  # the CDN host has no API: the page is a 404 there
+        list(api.list_repo_tree(TARGET, recursive=True))
+    cdn = hub.log(server="cdn")
+    assert len(cdn) == 1 and "/tree/" in cdn[0]["path"] and "cursor=" in cdn[0]["query"]
+    assert cdn[0]["auth_present"], "what the client does unguarded: the token goes to the other host"
+    req = urllib.request.Request(hf_hub_url(TARGET, SHARD, endpoint=hub.api), method="HEAD",
+                                 headers={"Authorization": "Bearer " + lab_tokens["reader"]})
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.build_opener(NoRedirect).open(req, timeout=10)
+    assert err.value.code == 302 and err.value.headers["Location"] == "file:///etc/passwd"
+    # an origin instead of "cdn"; other repos page on their own origin
+    listing(hub, {"repos": {TARGET: {"next_origin": "http://127.0.0.9:1"}}})
+    with urllib.request.urlopen(hub.api + "/api/models/%s/tree/main?recursive=true" % TARGET, timeout=10) as resp:
+        assert resp.headers["Link"].startswith("<http://127.0.0.9:1/api/models/%s/tree/main?" % TARGET)
+    with urllib.request.urlopen(hub.api + "/api/models/%s/tree/main?recursive=true" % DRAFTER, timeout=10) as resp:
+        assert resp.headers["Link"].startswith("<%s/api/models/%s/tree/main?" % (hub.api, DRAFTER))
+
+
 @pytest.mark.parametrize("body", [
     {"rules": []},
+    {"repos": {TARGET: {"next_origin": "ftp://x"}}},
+    {"repos": {TARGET: {"resolve_location": ""}}},
     {"repos": []},
     {"repos": {TARGET: {"bogus": 1}}},
     {"repos": {TARGET: {"files": {"config.json": {"sha": "x"}}}}},
