@@ -321,8 +321,9 @@ def stopped(peer: PeerUnit, *, check_mode: bool) -> dict[str, Any]:
                 msg="stopped %s after %d bytes served; removed %s" % (peer.unit, sent, peer.dir))
 
 
-def cleaned(name: str, peer: PeerUnit, root: str | None, *, check_mode: bool) -> dict[str, Any]:
-    """Stop the servers of ``name``'s earlier runs, remove their run directories, stop orphaned fetch jobs."""
+def cleaned(name: str, peer: PeerUnit, root: str | None, *, keep: str, check_mode: bool) -> dict[str, Any]:
+    """Stop the servers of ``name``'s earlier runs (all but ``keep``, this run's full name; "" keeps none),
+    remove their run directories, stop orphaned fetch jobs under ``root``."""
     out = peer._run(_peer_cleanup.LIST_UNITS, "systemctl list-units")[1]
 
     def stop_unit(unit: str, entry: dict) -> None:
@@ -330,7 +331,7 @@ def cleaned(name: str, peer: PeerUnit, root: str | None, *, check_mode: bool) ->
             peer._run(["systemctl", "stop", unit], "systemctl stop %s" % unit)
         peer._run(["systemctl", "reset-failed", unit], "systemctl reset-failed", check=False)
 
-    found = _peer_cleanup.cleanup(name, peer.name, root=root, units_out=out, stop_unit=stop_unit, base=peer.base,
+    found = _peer_cleanup.cleanup(name, keep, root=root, units_out=out, stop_unit=stop_unit, base=peer.base,
                                   check_mode=check_mode)
     changed = bool(found["stopped_units"] or found["removed_dirs"] or found["stopped_jobs"])
     what = []
@@ -364,7 +365,8 @@ def run(params: dict[str, Any], run_command: RunCommand, *, check_mode: bool,
     peer = PeerUnit(full, run_command, base=base, secrets=(params.get("token"),))
     try:
         if state == "cleaned":
-            return cleaned(name, peer, params.get("root"), check_mode=check_mode)
+            return cleaned(name, peer, params.get("root"), keep=full if params.get("run") else "",
+                           check_mode=check_mode)
         if settings is None:
             return stopped(peer, check_mode=check_mode)
         return started(peer, settings, check_mode=check_mode)

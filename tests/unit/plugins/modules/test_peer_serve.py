@@ -267,3 +267,11 @@ def test_a_tree_nobody_cannot_traverse_fails_at_start_naming_path_mode_and_fix(c
     assert "nobody:nogroup" in res["msg"] and "0755" in res["msg"] and "model_peer_wait_timeout" in res["msg"]
     assert res["unreadable"] == [os.path.join(public_root, "kimi", "c1")]
     assert "systemd-run" not in fake["calls"].read_text()
+
+
+def test_cleaned_without_a_run_stops_every_run_of_the_name(capsys, fake):
+    (fake["tmp"] / "units.txt").write_text(LIST_UNITS)
+    res = run_module(peer_serve.main, capsys, dict(name="fleet", state="cleaned"))
+    assert res["_rc"] == 0 and res["changed"]
+    assert res["stopped_units"] == ["gpufleet-peer-fleet-k3j9x2ab.service", "gpufleet-peer-fleet.service",
+                                    "gpufleet-peer-fleet-new1.service"]
