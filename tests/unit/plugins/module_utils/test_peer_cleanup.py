@@ -4,20 +4,17 @@
 """peer_serve state=cleaned (issue 20 item 8): the units, run directories and orphaned async fetch jobs earlier
 runs left. The jobs are real process groups (sh + sleep) whose command line is an Ansible async job's; the unit
 listing is recorded systemctl output (systemd-run and systemctl do not work on this controller: PID 1 is not
-systemd). Also the workers' access check (item 6) on real directory trees."""
+systemd)."""
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _peer_cleanup, _peer_serve
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils import _peer_cleanup
 
 # `systemctl list-units --all --plain --no-legend --no-pager --full 'gpufleet-peer-*'` (systemd 252), with a
 # failed unit's bullet as older systemd prints it even with --plain.
@@ -123,61 +120,3 @@ def test_check_mode_finds_the_job_and_stops_nothing(tmp_path, jobs):
                                 base=str(tmp_path / "run"), check_mode=True)
     assert [j["jid"] for j in res["stopped_jobs"]] == ["j444"]
     assert jobs[0][0].poll() is None and not _gone(jobs[0][1])
-
-
-# --- item 6: the workers' access, checked with their ids on real trees --------------------------------------
-
-NOBODY = _peer_serve.Worker("nobody", "nogroup", 65534, (65534,))
-
-
-@pytest.fixture
-def tree():
-    top = tempfile.mkdtemp(prefix="gpufleet-peer-access-", dir="/tmp")
-    os.chmod(top, 0o755)
-    root = os.path.join(top, "models")
-    commit = os.path.join(root, "kimi", "c1")
-    os.makedirs(os.path.join(commit, ".gpufleet"))
-    os.makedirs(os.path.join(commit, "sub"))
-    for d in (root, os.path.dirname(commit), commit, os.path.join(commit, ".gpufleet"), os.path.join(commit, "sub")):
-        os.chmod(d, 0o755)
-    for rel, mode in (("config.json", 0o644), ("sub/w.safetensors", 0o644), (".gpufleet/peer-status.json", 0o644),
-                      (".gpufleet/manifest.json", 0o600), ("x.aria2", 0o600)):
-        with open(os.path.join(commit, rel), "w") as handle:
-            handle.write("{}")
-        os.chmod(os.path.join(commit, rel), mode)
-    yield root
-    shutil.rmtree(top)
-
-
-def test_a_readable_tree_passes_and_a_missing_commit_dir_is_fine(tree):
-    # manifest.json and x.aria2 are 0600 but never served.
-    assert _peer_serve.worker_access_problems(tree, ["kimi/c1", "kimi/not-yet", "new/c2"], NOBODY) == []
-
-
-@pytest.mark.parametrize("rel, mode, need", [
-    ("", 0o700, "traverse"),                        # the models root itself
-    ("kimi", 0o750, "traverse"),                    # the model directory
-    ("kimi/c1", 0o700, "traverse"),                 # the commit directory (umask 077)
-    ("kimi/c1/sub", 0o700, "traverse"),             # a directory inside it
-    ("kimi/c1/sub/w.safetensors", 0o600, "read"),   # a served file
-    ("kimi/c1/.gpufleet", 0o700, "traverse"),       # the status the peers poll
-    ("kimi/c1/.gpufleet/peer-status.json", 0o640, "read"),
-])
-def test_what_nobody_cannot_reach_is_named_with_its_mode(tree, rel, mode, need):
-    path = os.path.join(tree, rel) if rel else tree
-    os.chmod(path, mode)
-    problems = _peer_serve.worker_access_problems(tree, ["kimi/c1"], NOBODY)
-    assert [(p["path"], p["mode"], p["need"].split()[0]) for p in problems][:1] == [(path, "%04o" % mode, need)]
-    with pytest.raises(ModuleFailure) as exc:
-        _peer_serve.check_worker_access(tree, ["kimi/c1"], NOBODY)
-    assert path in exc.value.msg and "mode %04o" % mode in exc.value.msg and "chmod" in exc.value.msg
-
-
-def test_group_and_owner_bits_count_for_the_worker(tree):
-    commit = os.path.join(tree, "kimi", "c1")
-    os.chmod(commit, 0o750)
-    os.chown(commit, 0, 65534)
-    assert _peer_serve.worker_access_problems(tree, ["kimi/c1"], NOBODY) == []
-    os.chmod(commit, 0o700)
-    os.chown(commit, 65534, 0)
-    assert _peer_serve.worker_access_problems(tree, ["kimi/c1"], NOBODY) == []
