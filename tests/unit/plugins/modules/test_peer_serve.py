@@ -25,7 +25,7 @@ case "$1" in
   show) if [ -f "$STATE" ]; then echo LoadState=loaded; echo ActiveState=active; echo SubState=running;
         else echo LoadState=not-found; echo ActiveState=inactive; echo SubState=dead; fi ;;
   stop) rm -f "$STATE" ;;
-  list-units) cat "$UNITS" 2>/dev/null ;;
+  list-units) cat "$UNITS" 2>/dev/null || true ;;
 esac
 """
 SYSTEMD_RUN = """
