@@ -28,6 +28,8 @@ RUN_BASE = "/run/gpufleet-peer"
 # The first line of every config this module writes: a config that does not start with it is not ours.
 CONF_HEADER = "# gpufleet.llm peer_serve"
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
+# The run a server belongs to (the model role makes one per play): part of the unit and run directory names.
+RUN = re.compile(r"^[a-z0-9]{1,16}$")
 # Tokens go between double quotes in an `if`; this set needs no escaping there (base64, hex, url-safe).
 TOKEN = re.compile(r"^[A-Za-z0-9._~+/=-]{16,512}$")
 # Path segments and root: a conservative set that is literal in nginx's config syntax (no space, quote,
@@ -54,6 +56,20 @@ def check_name(name: str) -> str:
     return name
 
 
+def check_run(run: str | None) -> str | None:
+    if run is None or run == "":
+        return None
+    if not RUN.match(run):
+        raise SettingsError("run %r is not a run id: 1 to 16 characters of a-z and 0-9 (the unit is "
+                            "gpufleet-peer-<name>-<run>.service; the model role makes one per play)" % (run,))
+    return run
+
+
+def full_name(name: str, run: str | None = None) -> str:
+    """<name>-<run>, or <name> without a run: what the unit and the run directory are named after."""
+    return "%s-%s" % (name, run) if run else name
+
+
 def unit_name(name: str) -> str:
     return "gpufleet-peer-%s.service" % name
 
@@ -62,13 +78,36 @@ def run_dir(name: str, *, base: str = RUN_BASE) -> str:
     return os.path.join(base, name)
 
 
-def check_listen(listen: str | None) -> str:
-    """The listen address, normalised; a host name or anything that is not one IP address is refused."""
+def check_listen(listen: str | None, *, allow_loopback: bool = False) -> str:
+    """The listen address, normalised; refused: a host name, anything that is not one IP address, and any
+    address the other hosts cannot reach this host at (unspecified, loopback, multicast, link-local).
+
+    Every peer is told to fetch from http://<listen>:<port>/: with 0.0.0.0 or 127.0.0.1 each host would
+    fetch from itself. ``allow_loopback`` is for tests on one machine only (the module never sets it).
+    """
+    fix = "give the host's cluster address, the one its peers reach it at (model_peer_address, for example 10.0.0.11)"
     try:
-        return str(ipaddress.ip_address((listen or "").strip()))
+        addr = ipaddress.ip_address((listen or "").strip())
     except ValueError:
-        raise SettingsError("listen %r is not an IP address: give the host's cluster address (for example "
-                            "10.0.0.11), never a name or 0.0.0.0-style wildcard meant for every network" % (listen,))
+        raise SettingsError("listen %r is not an IP address: %s, never a name or a 0.0.0.0-style wildcard"
+                            % (listen, fix))
+    # ::ffff:127.0.0.1 is 127.0.0.1: judge the IPv4 address it maps.
+    plain = getattr(addr, "ipv4_mapped", None) or addr
+    if getattr(addr, "scope_id", None):
+        why = "has a scope id (%%%s): a zone is not a cluster address" % addr.scope_id
+    elif plain.is_unspecified:
+        why = ("is the unspecified (wildcard) address: every peer would be told to fetch from %s, that is from "
+               "itself" % url(str(addr), DEFAULT_PORT).replace(":%d/" % DEFAULT_PORT, ":<port>/"))
+    elif plain.is_loopback and not allow_loopback:
+        why = "is a loopback address: every peer would fetch from itself, not from this host"
+    elif plain.is_multicast:
+        why = "is a multicast address: nginx cannot serve on it and no peer can connect to it"
+    elif plain.is_link_local:
+        why = ("is link-local (169.254.0.0/16, fe80::/10): an address a host gives itself when none was "
+               "configured, reachable on one link only (an IPv6 one needs a zone, which peer URLs do not carry)")
+    else:
+        return str(addr)
+    raise SettingsError("listen %s %s; %s" % (listen, why, fix))
 
 
 def _check_root(root: str | None, *, missing_ok: bool) -> str:
@@ -115,12 +154,14 @@ def check_token(token: str | None) -> str:
     return token
 
 
-def check_settings(params: dict[str, Any], *, missing_root_ok: bool = False) -> dict[str, Any]:
+def check_settings(params: dict[str, Any], *, missing_root_ok: bool = False,
+                   allow_loopback: bool = False) -> dict[str, Any]:
     """The arguments of state=started, checked and normalised (root resolved, paths without slashes).
 
-    ``missing_root_ok``: a root that does not exist at all is taken as given (check mode).
+    ``name`` in the result is the full name (<name>-<run> with a run). ``missing_root_ok``: a root that does
+    not exist at all is taken as given (check mode). ``allow_loopback``: see check_listen (tests only).
     """
-    name = check_name(params.get("name"))
+    name = full_name(check_name(params.get("name")), check_run(params.get("run")))
     root = _check_root(params.get("root"), missing_ok=missing_root_ok)
     paths = [_check_path(root, p) for p in params.get("paths") or []]
     if not paths:
@@ -134,7 +175,7 @@ def check_settings(params: dict[str, Any], *, missing_root_ok: bool = False) -> 
     nginx = params.get("nginx") or DEFAULT_NGINX
     if not os.path.isabs(nginx):
         raise SettingsError("nginx %r is not an absolute path (for example /usr/sbin/nginx)" % (nginx,))
-    return dict(name=name, root=root, paths=sorted(set(paths)), listen=check_listen(params.get("listen")),
+    return dict(name=name, root=root, paths=sorted(set(paths)), listen=check_listen(params.get("listen"), allow_loopback=allow_loopback),
                 port=int(port), token=check_token(params.get("token")), runtime_max_sec=int(runtime), nginx=nginx)
 
 

@@ -19,10 +19,11 @@ import grp
 import os
 import pwd
 import shutil
+import stat
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _peer_nginx, _secrets
+from ansible_collections.gpufleet.llm.plugins.module_utils import _peer_cleanup, _peer_nginx, _secrets
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang_unit import RunCommand, parse_show
 
@@ -40,8 +41,9 @@ _JOURNAL_LINES = 15
 def argument_spec() -> dict[str, dict[str, Any]]:
     """peer_serve's options."""
     return dict(
-        state=dict(type="str", default="started", choices=["started", "stopped"]),
+        state=dict(type="str", default="started", choices=["started", "stopped", "cleaned"]),
         name=dict(type="str", required=True),
+        run=dict(type="str"),
         root=dict(type="path"),
         paths=dict(type="list", elements="str", default=[]),
         listen=dict(type="str"),
@@ -72,14 +74,112 @@ def bytes_sent(log_path: str) -> int:
     return total
 
 
-def worker_identity() -> tuple[str, str]:
+class Worker(NamedTuple):
+    """Who nginx's workers run as: names for the config, ids for the access check."""
+    user: str
+    group: str
+    uid: int
+    gids: tuple
+
+
+def worker_identity() -> Worker:
     """nobody and its own primary group (nogroup on Debian, nobody elsewhere)."""
     try:
         entry = pwd.getpwnam("nobody")
-        return entry.pw_name, grp.getgrgid(entry.pw_gid).gr_name
+        group = grp.getgrgid(entry.pw_gid).gr_name
     except KeyError:
         raise ModuleFailure("this host has no 'nobody' user (or its group is missing): peer_serve runs nginx's "
                             "workers as nobody so they can read only world-readable files")
+    return Worker(entry.pw_name, group, entry.pw_uid, tuple(os.getgrouplist(entry.pw_name, entry.pw_gid)))
+
+
+def _may(st: os.stat_result, worker: Worker, bit: int) -> bool:
+    """Whether the mode bits give ``worker`` ``bit`` (4 read, 1 search) on ``st``: owner, else group, else other.
+
+    Mode bits, not os.access: the module runs as root, for whom access() says yes to everything."""
+    if worker.uid == 0:
+        return True
+    if st.st_uid == worker.uid:
+        return bool((st.st_mode >> 6) & bit)
+    if st.st_gid in worker.gids:
+        return bool((st.st_mode >> 3) & bit)
+    return bool(st.st_mode & bit)
+
+
+def _owner(st: os.stat_result) -> str:
+    try:
+        user = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        user = str(st.st_uid)
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    return "%s:%s" % (user, group)
+
+
+def _denied(path: str, worker: Worker, bit: int) -> dict[str, Any] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode) or _may(st, worker, bit):
+        return None
+    return dict(path=path, mode="%04o" % stat.S_IMODE(st.st_mode), owner=_owner(st),
+                need="traverse (x)" if bit == 1 else "read (r)", dir=stat.S_ISDIR(st.st_mode))
+
+
+def worker_access_problems(root: str, paths: list[str], worker: Worker) -> list[dict[str, Any]]:
+    """What ``worker`` cannot reach of the served paths: every directory from / down to each <root>/<path>
+    (search), every directory and served file inside it (search, read), and <path>/.gpufleet/ with its
+    peer-status.json when present. Paths that do not exist yet (the fetch makes them) are skipped."""
+    problems: list[dict[str, Any]] = []
+    seen: set = set()
+
+    def add(path: str, bit: int) -> None:
+        if path in seen:
+            return
+        seen.add(path)
+        problem = _denied(path, worker, bit)
+        if problem:
+            problems.append(problem)
+
+    for rel in paths:
+        top = os.path.join(root, rel)
+        parts = top.strip("/").split("/")
+        for depth in range(len(parts) + 1):
+            add("/" + "/".join(parts[:depth]), 1)
+        if not os.path.isdir(top) or os.path.islink(top):
+            continue
+        status = os.path.join(top, _peer_nginx.PEER_STATUS)
+        if os.path.lexists(status):
+            add(os.path.dirname(status), 1)
+            add(status, 4)
+        for current, dirs, files in os.walk(top):
+            # Never served: hf_snapshot's own directory and huggingface_hub's metadata.
+            dirs[:] = sorted(d for d in dirs if d not in (".gpufleet", ".cache"))
+            for entry in dirs:
+                add(os.path.join(current, entry), 1)
+            for entry in sorted(files):
+                if entry.rsplit(".", 1)[-1] not in _peer_nginx.DENIED_SUFFIXES:
+                    add(os.path.join(current, entry), 4)
+    return problems
+
+
+def check_worker_access(root: str, paths: list[str], worker: Worker) -> None:
+    """Refuse to serve what the workers cannot read: nginx would answer 404 and every peer wait for nothing."""
+    problems = worker_access_problems(root, paths, worker)
+    if not problems:
+        return
+    lines = ["%s (%s, mode %s, owner %s: cannot %s)" % (
+        p["path"], "directory" if p["dir"] else "file", p["mode"], p["owner"], p["need"]) for p in problems[:5]]
+    more = "" if len(problems) <= 5 else "; and %d more" % (len(problems) - 5)
+    raise ModuleFailure(
+        "nginx's workers (%s:%s) cannot read what this peer server would serve: %s%s. nginx would answer 404 "
+        "for these files and every peer would wait model_peer_wait_timeout for them. Fix: make the directories "
+        "0755 and the files 0644 (for example chmod -R u=rwX,go=rX on the path; a umask such as 027 or 077 "
+        "when the tree was made leaves them private), then run again" % (
+            worker.user, worker.group, "; ".join(lines), more), unreadable=[p["path"] for p in problems])
 
 
 class PeerUnit(object):
@@ -183,8 +283,9 @@ def _nginx_present(nginx: str) -> None:
 
 def started(peer: PeerUnit, settings: dict[str, Any], *, check_mode: bool) -> dict[str, Any]:
     _nginx_present(settings["nginx"])
-    user, group = worker_identity()
-    text = _peer_nginx.render(settings, user=user, group=group, base=peer.base)
+    worker = worker_identity()
+    check_worker_access(settings["root"], settings["paths"], worker)
+    text = _peer_nginx.render(settings, user=worker.user, group=worker.group, base=peer.base)
     props = peer.show()
     active = props.get("ActiveState") == "active"
     same = peer.current_conf() == text
@@ -220,6 +321,33 @@ def stopped(peer: PeerUnit, *, check_mode: bool) -> dict[str, Any]:
                 msg="stopped %s after %d bytes served; removed %s" % (peer.unit, sent, peer.dir))
 
 
+def cleaned(name: str, peer: PeerUnit, root: str | None, *, keep: str, check_mode: bool) -> dict[str, Any]:
+    """Stop the servers of ``name``'s earlier runs (all but ``keep``, this run's full name; "" keeps none),
+    remove their run directories, stop orphaned fetch jobs under ``root``."""
+    out = peer._run(_peer_cleanup.LIST_UNITS, "systemctl list-units")[1]
+
+    def stop_unit(unit: str, entry: dict) -> None:
+        if entry.get("active") in ("active", "activating", "reloading", "deactivating"):
+            peer._run(["systemctl", "stop", unit], "systemctl stop %s" % unit)
+        peer._run(["systemctl", "reset-failed", unit], "systemctl reset-failed", check=False)
+
+    found = _peer_cleanup.cleanup(name, keep, root=root, units_out=out, stop_unit=stop_unit, base=peer.base,
+                                  check_mode=check_mode)
+    changed = bool(found["stopped_units"] or found["removed_dirs"] or found["stopped_jobs"])
+    what = []
+    if found["stopped_units"]:
+        what.append("servers %s" % ", ".join(found["stopped_units"]))
+    if found["removed_dirs"]:
+        what.append("run directories %s" % ", ".join(found["removed_dirs"]))
+    for job in found["stopped_jobs"]:
+        what.append("orphaned hf_snapshot job %s (pids %s, holding %s)" % (
+            job["jid"], " ".join(str(p) for p in job["pids"]), ", ".join(job["holds"][:2])))
+    msg = ("%s earlier runs' %s" % ("would stop (check mode)" if check_mode else "stopped", "; ".join(what))
+           if changed else "nothing left by earlier runs of %s" % name)
+    return dict(found, changed=changed, action="clean" if changed else "none", unit=peer.unit, run_dir=peer.dir,
+                url="", bytes_sent=0, msg=msg)
+
+
 def run(params: dict[str, Any], run_command: RunCommand, *, check_mode: bool,
         base: str | None = None) -> dict[str, Any]:
     """peer_serve for ``params``; raises ModuleFailure with a message naming the problem and the fix.
@@ -227,14 +355,18 @@ def run(params: dict[str, Any], run_command: RunCommand, *, check_mode: bool,
     ``base``: where run directories go, _peer_nginx.RUN_BASE (read at call time) unless given.
     """
     base = base or _peer_nginx.RUN_BASE
+    state = params.get("state") or "started"
     try:
         name = _peer_nginx.check_name(params.get("name"))
-        settings = None if params.get("state") == "stopped" else \
-            _peer_nginx.check_settings(params, missing_root_ok=check_mode)
+        full = _peer_nginx.full_name(name, _peer_nginx.check_run(params.get("run")))
+        settings = _peer_nginx.check_settings(params, missing_root_ok=check_mode) if state == "started" else None
     except _peer_nginx.SettingsError as exc:
         raise ModuleFailure(exc.msg)
-    peer = PeerUnit(name, run_command, base=base, secrets=(params.get("token"),))
+    peer = PeerUnit(full, run_command, base=base, secrets=(params.get("token"),))
     try:
+        if state == "cleaned":
+            return cleaned(name, peer, params.get("root"), keep=full if params.get("run") else "",
+                           check_mode=check_mode)
         if settings is None:
             return stopped(peer, check_mode=check_mode)
         return started(peer, settings, check_mode=check_mode)

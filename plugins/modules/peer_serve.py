@@ -12,7 +12,8 @@ module: peer_serve
 short_description: Serve model directories to the other hosts of a cluster with a temporary, token-protected nginx
 version_added: 0.1.0
 description:
-  - "Starts nginx (Debian's C(nginx-light)) as the transient systemd unit C(gpufleet-peer-<name>.service) with
+  - "Starts nginx (Debian's C(nginx-light)) as the transient systemd unit C(gpufleet-peer-<name>-<run>.service)
+    (C(gpufleet-peer-<name>.service) without O(run)) with
     C(systemd-run --collect -p RuntimeMaxSec=...): the server ends by itself after O(runtime_max_sec) seconds,
     even when the play that started it was killed."
   - "Serves, over plain HTTP on O(listen):O(port), the regular files under each of O(paths) (directories
@@ -26,7 +27,19 @@ description:
     in that file: never on a command line, in the unit's properties or in the results. The config is checked with
     C(nginx -t) before it is used."
   - "nginx's workers run as C(nobody): they can read the model trees (files C(0644), directories C(0755))
-    and nothing private, not even the config."
+    and nothing private, not even the config. Before it starts, the module checks with nobody's uid and groups
+    (mode bits, not C(access(2)) as root) that every directory from C(/) down to each served path, every
+    directory and served file inside it and C(.gpufleet/peer-status.json) are reachable, and fails naming each
+    path, its mode and owner otherwise (nginx would answer 404 and every peer wait for nothing)."
+  - "O(listen) must be an address the other hosts reach this host at: the unspecified address (C(0.0.0.0), C(::)),
+    loopback, multicast and link-local addresses are refused at once (every peer is told to fetch from
+    C(http://<listen>:<port>/))."
+  - "O(state=cleaned) stops what earlier runs of O(name) left after a killed play: every unit
+    C(gpufleet-peer-<name>-<run>.service) and C(gpufleet-peer-<name>.service) but this O(run)'s, their run
+    directories (configs with dead tokens), and the orphaned C(hf_snapshot) async jobs (the session of an
+    C(async_wrapper) process running C(AnsiballZ_hf_snapshot.py)) that hold a file open under O(root), which are
+    sent SIGTERM, then SIGKILL, and whose result file under the wrapper's C(ANSIBLE_ASYNC_DIR) is rewritten as
+    failed. Changed only when something was stopped or removed."
   - "Idempotent: an active unit started from the same config is left alone (changed=false); a different config
     (paths, address, port, token, O(runtime_max_sec), O(nginx)) restarts it. O(state=stopped) stops the unit,
     reports the bytes it served and removes its run directory."
@@ -47,8 +60,10 @@ options:
     description:
       - V(started) writes the config and starts (or restarts) the unit when it is not already serving exactly this.
       - V(stopped) stops the unit and removes its run directory.
+      - V(cleaned) stops the servers, run directories and fetch jobs earlier runs left (see the description).
+        The model role runs it before it starts this run's server.
     type: str
-    choices: [started, stopped]
+    choices: [started, stopped, cleaned]
     default: started
   name:
     description:
@@ -56,10 +71,17 @@ options:
         C(gpufleet-peer-<name>.service).
     type: str
     required: true
+  run:
+    description:
+      - The run the server belongs to (1 to 16 of C(a-z), C(0-9)); the unit is C(gpufleet-peer-<name>-<run>.service)
+        and its run directory C(/run/gpufleet-peer/<name>-<run>/). The model role makes one per play.
+      - With O(state=cleaned), the run whose server is left alone; without it every run of O(name) is stopped.
+    type: str
   root:
     description:
       - The directory that holds O(paths), for example the model role's C(model_models_root). Resolved once;
         symbolic links below it are never followed. Required with O(state=started).
+      - With O(state=cleaned), where orphaned fetch jobs are looked for (none without it).
     type: path
   paths:
     description:
@@ -71,6 +93,7 @@ options:
   listen:
     description:
       - The IP address to listen on, the host's cluster address (never a name). Required with O(state=started).
+      - Not the unspecified address, loopback, multicast or link-local (with or without a zone).
     type: str
   port:
     description: The TCP port.
@@ -82,7 +105,10 @@ options:
         O(state=started). Changing it restarts the server.
     type: str
   runtime_max_sec:
-    description: systemd's C(RuntimeMaxSec) for the unit, the longest the server lives (seconds).
+    description:
+      - systemd's C(RuntimeMaxSec) for the unit, the longest the server lives (seconds).
+      - Make it longer than the fetches that read from it; the model role passes C(model_fetch_timeout) per model
+        plus an hour by default.
     type: int
     default: 21600
   nginx:
@@ -94,6 +120,9 @@ notes:
   - "HTTP, not HTTPS: the token and the bytes cross the cluster network in clear. Bind it to a network only the
     cluster's hosts reach; the bytes are checked against their sha256 by the fetching side."
   - A restarted server keeps its access log, so RV(bytes_sent) counts every start since the run directory was made.
+  - "O(state=cleaned) assumes one stage at a time per host and models root: it stops every other run of O(name),
+    and a fetch job of another play on the same root. A job still listing (it holds nothing under O(root) yet)
+    is not found."
 seealso:
   - module: gpufleet.llm.hf_snapshot
   - name: peer_serve documentation
@@ -102,9 +131,17 @@ seealso:
 """
 
 EXAMPLES = r"""
+- name: Stop the servers and fetch jobs an earlier, killed run left
+  gpufleet.llm.peer_serve:
+    name: fleet
+    run: "{{ peer_run }}"
+    root: /srv/models
+    state: cleaned
+
 - name: Serve this host's copy of the pinned commit to its peers
   gpufleet.llm.peer_serve:
     name: fleet
+    run: "{{ peer_run }}"
     root: /srv/models
     paths:
       - "kimi/{{ kimi_commit }}"
@@ -116,6 +153,7 @@ EXAMPLES = r"""
 - name: Stop it once every host has its files
   gpufleet.llm.peer_serve:
     name: fleet
+    run: "{{ peer_run }}"
     state: stopped
   register: peer_done
 
@@ -134,7 +172,7 @@ unit:
   description: The systemd unit.
   returned: always
   type: str
-  sample: gpufleet-peer-fleet.service
+  sample: gpufleet-peer-fleet-k3j9x2ab.service
 bytes_sent:
   description:
     - Body bytes of the C(200) and C(206) answers in the server's access log since its run directory was
@@ -146,12 +184,34 @@ action:
   description: What was done (or would be, in check mode).
   returned: always
   type: str
-  choices: [none, start, restart, stop]
+  choices: [none, start, restart, stop, clean]
 run_dir:
   description: The run directory (config, access log, pid file).
   returned: always
   type: str
-  sample: /run/gpufleet-peer/fleet
+  sample: /run/gpufleet-peer/fleet-k3j9x2ab
+stopped_units:
+  description: With O(state=cleaned), the units of earlier runs stopped (or, in check mode, that would be).
+  returned: when state is cleaned
+  type: list
+  elements: str
+  sample: [gpufleet-peer-fleet-a1b2c3d4.service]
+removed_dirs:
+  description: With O(state=cleaned), the run directories of earlier runs removed.
+  returned: when state is cleaned
+  type: list
+  elements: str
+  sample: [/run/gpufleet-peer/fleet-a1b2c3d4]
+stopped_jobs:
+  description:
+    - With O(state=cleaned), the orphaned hf_snapshot async jobs stopped, each with its job id prefix, its
+      process ids and the files it held under O(root).
+    - After the stop also C(sigkill) (SIGTERM was not enough), C(alive) (processes that outlived SIGKILL too)
+      and C(results) (the result files rewritten as failed).
+  returned: when state is cleaned
+  type: list
+  elements: dict
+  sample: [{jid: j861937495, pids: [4242, 4250], holds: [/srv/models/kimi/abc/.gpufleet/lock]}]
 """
 
 from ansible.module_utils.basic import AnsibleModule

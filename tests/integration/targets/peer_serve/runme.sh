@@ -20,4 +20,5 @@ play 0 probe.yml
 play some stop.yml
 ansible-playbook "${PLAY_ARGS[@]}" absent.yml >/dev/null
 play 0 stop.yml
+play some stale.yml
 ansible-playbook "${PLAY_ARGS[@]}" role.yml --tags model_install_nginx >/dev/null

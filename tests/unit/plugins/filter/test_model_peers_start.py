@@ -36,7 +36,7 @@ def _shipped_tasks():
     return [t for t in tasks if "gpufleet.llm.peer_serve" not in t]
 
 
-def _run(tmp_path, hub_access: dict, *, listings: dict | None = None):
+def _run(tmp_path, hub_access: dict, *, listings: dict | None = None, extra: dict | None = None):
     inventory = "\n".join(
         "%s ansible_connection=local ansible_host=10.9.0.%d model_peer_hub_access=%s ansible_python_interpreter=%s"
         % (h, i + 1, str(ok).lower(), sys.executable) for i, (h, ok) in enumerate(hub_access.items()))
@@ -44,6 +44,7 @@ def _run(tmp_path, hub_access: dict, *, listings: dict | None = None):
     defaults = yaml.safe_load(open(os.path.join(ROOT, "roles", "model", "defaults", "main.yml")))
     play_vars = {k: v for k, v in defaults.items() if k.startswith("model_peer_") and k != "model_peer_hub_access"}
     play_vars.update({
+        "model_fetch_timeout": 86400,
         "model_models": [{"name": "kimi", "repo_id": "lab/kimi"}],
         "model_pinned_commits": {"kimi": COMMIT},
         "model_pinned_resolvers": {"kimi": next(iter(hub_access))},
@@ -51,11 +52,13 @@ def _run(tmp_path, hub_access: dict, *, listings: dict | None = None):
         "out_dir": str(tmp_path),
         "model_models_root": str(tmp_path / "models"),
     })
+    play_vars.update(extra or {})
     stand_in = {"name": "Stand in for the peer server's result",
                 "ansible.builtin.set_fact": {"__model_peer_serve": {
                     "url": "http://{{ model_peer_address }}:{{ model_peer_port }}/", "unit": "gpufleet-peer-models.service"}}}
     write = {"name": "Write what the host got", "no_log": True, "ansible.builtin.copy": {
-        "content": "{{ {'args': _model_peer_args, 'token': _model_peer_token} | to_json }}",
+        "content": "{{ {'args': _model_peer_args, 'token': _model_peer_token, 'run': _model_peer_run, "
+                   "'lifetime': _model_peer_lifetime | int} | to_json }}",
         "dest": "{{ out_dir }}/{{ inventory_hostname }}.json", "mode": "0600"}}
     playbook = [{"hosts": "all", "gather_facts": False, "vars": play_vars,
                  "tasks": [stand_in] + _shipped_tasks() + [write]}]
@@ -97,6 +100,46 @@ def test_every_host_gets_its_peers_share_and_one_token(tmp_path):
     ]
     assert kimi["gpu1"]["peers"][1] == {"name": "gpu3", "url": "http://10.9.0.3:8370/kimi/%s/" % COMMIT, "share": [],
                                         "hub": False}
+
+
+def test_one_run_id_per_play_and_a_lifetime_that_covers_the_fetches(tmp_path):
+    """Issue 20 item 8: the unit carries the run (one id for every host of the play, a new one per play), and
+    the server lives at least as long as the fetches it serves (default: model_fetch_timeout per model + 1 h)."""
+    proc, got = _run(tmp_path, {"gpu1": True, "gpu2": True})
+    assert sorted(got) == ["gpu1", "gpu2"], proc.stdout[-3000:] + proc.stderr[-3000:]
+    runs = {g["run"] for g in got.values()}
+    assert len(runs) == 1 and len(runs.copy().pop()) == 8 and runs.copy().pop().isalnum()
+    assert {g["lifetime"] for g in got.values()} == {86400 + 3600}
+    again = tmp_path / "again"
+    again.mkdir()
+    assert {g["run"] for g in _run(again, {"gpu1": True})[1].values()} != runs
+    # the start uses both
+    start = [t for t in yaml.safe_load(open(PEERS_START)) if t["name"] == "Start the peer server"][0]
+    assert start["gpufleet.llm.peer_serve"]["run"] == "{{ _model_peer_run }}"
+    assert start["gpufleet.llm.peer_serve"]["runtime_max_sec"] == "{{ _model_peer_lifetime }}"
+
+
+def test_a_lifetime_shorter_than_a_fetch_is_refused(tmp_path):
+    proc, got = _run(tmp_path, {"gpu1": True}, extra={"model_peer_runtime_max_sec": 21600})
+    assert got == {}
+    assert "model_peer_runtime_max_sec 21600 is shorter than model_fetch_timeout" in proc.stdout
+    ok = tmp_path / "ok"
+    ok.mkdir()
+    assert {g["lifetime"] for g in _run(ok, {"gpu1": True}, extra={"model_peer_runtime_max_sec": 90000})[1].values()} == {90000}
+
+
+def test_earlier_runs_are_cleaned_before_the_status_files_go_and_the_server_starts():
+    tasks = yaml.safe_load(open(PEERS_START))
+    names = [t["name"] for t in tasks]
+    clean = names.index("Stop what earlier runs left (peer servers, their configs, orphaned fetch jobs)")
+    assert names.index("Make the id of this run's peer servers") < clean
+    assert clean < names.index("Remove the peer-status files of earlier runs") < names.index("Start the peer server")
+    args = tasks[clean]["gpufleet.llm.peer_serve"]
+    assert args == {"state": "cleaned", "name": "models", "run": "{{ _model_peer_run }}", "root": "{{ model_models_root }}"}
+    # changed only when something was stopped: no changed_when that hides it, nothing that forces it
+    assert "changed_when" not in tasks[clean]
+    stop = _load("peers_stop.yml")[0]["block"][0]["gpufleet.llm.peer_serve"]
+    assert stop["run"] == "{{ _model_peer_run | default(omit) }}"
 
 
 def test_no_host_with_hub_access_is_refused_with_the_fix(tmp_path):

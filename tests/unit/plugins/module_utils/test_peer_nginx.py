@@ -126,3 +126,42 @@ def test_root_through_a_symlink_is_resolved(tmp_path):
     os.symlink(str(tmp_path / "real"), str(tmp_path / "link"))
     settings = _peer_nginx.check_settings(params(tmp_path / "link"))
     assert settings["root"] == os.path.realpath(str(tmp_path / "real"))
+
+
+# Issue 20 item 9: every peer is told to fetch from http://<listen>:<port>/, so an address the other hosts do
+# not reach this host at is refused at once, with the option and the fix named.
+@pytest.mark.parametrize("listen, words", [
+    ("0.0.0.0", "unspecified (wildcard) address: every peer would be told to fetch from http://0.0.0.0:<port>/"),
+    ("::", "unspecified (wildcard) address"),
+    ("127.0.0.1", "is a loopback address"),
+    ("127.3.0.9", "is a loopback address"),
+    ("::1", "is a loopback address"),
+    ("::ffff:127.0.0.1", "is a loopback address"),
+    ("224.0.0.1", "is a multicast address"),
+    ("ff02::1", "is a multicast address"),
+    ("169.254.10.1", "is link-local"),
+    ("fe80::1", "is link-local"),
+    ("fe80::1%eth0", "has a scope id"),
+])
+def test_listen_addresses_peers_cannot_reach_are_refused(tmp_path, listen, words):
+    with pytest.raises(SettingsError) as exc:
+        _peer_nginx.check_settings(params(tmp_path, listen=listen))
+    assert exc.value.msg.startswith("listen %s " % listen) and words in exc.value.msg
+    assert "cluster address" in exc.value.msg and "model_peer_address" in exc.value.msg
+
+
+def test_loopback_only_with_the_test_escape(tmp_path):
+    # Tests on one machine only: the module never passes allow_loopback; the wildcard stays refused.
+    settings = _peer_nginx.check_settings(params(tmp_path, listen="127.0.0.1"), allow_loopback=True)
+    assert settings["listen"] == "127.0.0.1"
+    with pytest.raises(SettingsError, match="unspecified"):
+        _peer_nginx.check_settings(params(tmp_path, listen="0.0.0.0"), allow_loopback=True)
+
+
+def test_run_is_part_of_the_names(tmp_path):
+    text = render(tmp_path, run="k3j9x2ab")
+    assert "pid /run/gpufleet-peer/fleet-k3j9x2ab/nginx.pid;" in text
+    assert "# unit gpufleet-peer-fleet-k3j9x2ab.service " in text
+    for bad in ("UP", "a-b", "x" * 17):
+        with pytest.raises(SettingsError, match="is not a run id"):
+            _peer_nginx.check_settings(params(tmp_path, run=bad))

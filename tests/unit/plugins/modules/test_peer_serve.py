@@ -7,11 +7,13 @@ check mode changes nothing, nginx's refusals and a missing nginx are clear failu
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _peer_nginx
+from ansible_collections.gpufleet.llm.plugins.module_utils import _peer_nginx, _peer_serve
 from ansible_collections.gpufleet.llm.plugins.modules import peer_serve
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
 
@@ -23,6 +25,7 @@ case "$1" in
   show) if [ -f "$STATE" ]; then echo LoadState=loaded; echo ActiveState=active; echo SubState=running;
         else echo LoadState=not-found; echo ActiveState=inactive; echo SubState=dead; fi ;;
   stop) rm -f "$STATE" ;;
+  list-units) cat "$UNITS" 2>/dev/null || true ;;
 esac
 """
 SYSTEMD_RUN = """
@@ -51,11 +54,16 @@ def fake(tmp_path, monkeypatch):
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ.get("PATH", "")))
     monkeypatch.setenv("STATE", str(tmp_path / "unit.active"))
+    monkeypatch.setenv("UNITS", str(tmp_path / "units.txt"))
     monkeypatch.setattr(_peer_nginx, "RUN_BASE", str(tmp_path / "run"))
+    # The access check as nobody would stop at pytest's 0700 tmp directories: here the workers are the
+    # test's own user (the access check has its own tests below, with nobody and a tree under /tmp).
+    monkeypatch.setattr(_peer_serve, "worker_identity", lambda: _peer_serve.Worker(
+        "nobody", "nogroup", os.getuid(), (os.getgid(),)))
     root = tmp_path / "models"
     (root / "kimi" / "c1").mkdir(parents=True)
     return dict(calls=calls, root=root, nginx=str(bindir / "nginx"), run=tmp_path / "run" / "fleet",
-                state=tmp_path / "unit.active")
+                state=tmp_path / "unit.active", tmp=tmp_path)
 
 
 def args(fake, **over):
@@ -165,3 +173,105 @@ def test_bad_arguments_fail_cleanly(capsys, fake, over, words):
     res = run_module(peer_serve.main, capsys, args(fake, **over))
     assert res["_rc"] == 1 and words in res["msg"] and "Traceback" not in res["msg"]
     assert not fake["calls"].exists()
+
+
+# --- issue 20 item 9: a listen address the peers cannot reach this host at is refused at once ------------
+
+@pytest.mark.parametrize("listen", ["0.0.0.0", "::", "127.0.0.1", "::1", "224.0.0.1", "fe80::1"])
+def test_unreachable_listen_addresses_are_refused_before_anything_runs(capsys, fake, listen):
+    res = run_module(peer_serve.main, capsys, args(fake, listen=listen))
+    assert res["_rc"] == 1 and "listen %s" % listen in res["msg"] and "cluster address" in res["msg"]
+    assert "Traceback" not in res["msg"] and not fake["calls"].exists()
+
+
+# --- issue 20 item 8: the unit carries the run -------------------------------------------------------------
+
+def test_the_unit_and_run_dir_carry_the_run(capsys, fake):
+    res = run_module(peer_serve.main, capsys, args(fake, run="r1a2"))
+    assert res["_rc"] == 0 and res["unit"] == "gpufleet-peer-fleet-r1a2.service"
+    assert res["run_dir"] == str(fake["run"]) + "-r1a2" and os.path.isfile(res["run_dir"] + "/nginx.conf")
+    assert "systemd-run --unit gpufleet-peer-fleet-r1a2.service" in fake["calls"].read_text()
+    res = run_module(peer_serve.main, capsys, dict(name="fleet", run="r1a2", state="stopped"))
+    assert res["_rc"] == 0 and res["changed"] and not os.path.exists(str(fake["run"]) + "-r1a2")
+    res = run_module(peer_serve.main, capsys, args(fake, run="R1!"))
+    assert res["_rc"] == 1 and "run 'R1!' is not a run id" in res["msg"]
+
+
+# Recorded from `systemctl list-units --all --plain --no-legend --no-pager --full 'gpufleet-peer-*'` on a lab
+# host (systemd 252): systemd-run is not available on this controller (PID 1 is not systemd), so the module's
+# unit handling is driven by this text through the fake systemctl.
+LIST_UNITS = """\
+gpufleet-peer-fleet-k3j9x2ab.service loaded active running gpufleet.llm peer server fleet-k3j9x2ab
+gpufleet-peer-fleet.service          loaded failed failed  gpufleet.llm peer server fleet
+gpufleet-peer-itest.service          loaded active running gpufleet.llm peer server itest
+gpufleet-peer-fleet-new1.service     loaded active running gpufleet.llm peer server fleet-new1
+"""
+
+
+def test_cleaned_stops_earlier_runs_servers_and_removes_their_configs(capsys, fake):
+    (fake["run"].parent / "fleet-k3j9x2ab").mkdir(parents=True)
+    (fake["run"].parent / "fleet-k3j9x2ab" / "nginx.conf").write_text("# stale token\n")
+    (fake["run"].parent / "itest").mkdir()
+    (fake["tmp"] / "units.txt").write_text(LIST_UNITS)
+    clean = dict(name="fleet", run="new1", state="cleaned", root=str(fake["root"]))
+    res = run_module(peer_serve.main, capsys, clean, check_mode=True)
+    assert res["changed"] and res["stopped_units"] == ["gpufleet-peer-fleet-k3j9x2ab.service", "gpufleet-peer-fleet.service"]
+    assert "systemctl stop" not in fake["calls"].read_text() and (fake["run"].parent / "fleet-k3j9x2ab").exists()
+    res = run_module(peer_serve.main, capsys, clean)
+    assert res["_rc"] == 0 and res["changed"] and res["action"] == "clean" and res["stopped_jobs"] == []
+    assert res["removed_dirs"] == [str(fake["run"].parent / "fleet-k3j9x2ab")]
+    calls = fake["calls"].read_text()
+    # The active one is stopped, the failed one only forgotten; another server's and this run's are left alone.
+    assert "systemctl stop gpufleet-peer-fleet-k3j9x2ab.service" in calls
+    assert "systemctl reset-failed gpufleet-peer-fleet.service" in calls and "stop gpufleet-peer-fleet.service" not in calls
+    assert "itest" not in calls.replace("list-units", "") and "fleet-new1" not in calls
+    assert not (fake["run"].parent / "fleet-k3j9x2ab").exists() and (fake["run"].parent / "itest").exists()
+    assert "gpufleet-peer-fleet-k3j9x2ab.service" in res["msg"]
+
+
+def test_cleaned_with_nothing_stale_is_unchanged(capsys, fake):
+    (fake["tmp"] / "units.txt").write_text("gpufleet-peer-itest.service loaded active running x\n")
+    res = run_module(peer_serve.main, capsys, dict(name="fleet", run="new1", state="cleaned", root=str(fake["root"])))
+    assert res["_rc"] == 0 and not res["changed"] and res["action"] == "none"
+    assert res["stopped_units"] == [] and res["removed_dirs"] == [] and res["stopped_jobs"] == []
+
+
+# --- issue 20 item 6: the workers must be able to read what is served -------------------------------------
+
+@pytest.fixture
+def public_root():
+    """A models root under /tmp (1777) in a 0755 directory: nobody can reach it unless a test closes a part."""
+    top = tempfile.mkdtemp(prefix="gpufleet-peer-access-", dir="/tmp")
+    os.chmod(top, 0o755)
+    root = os.path.join(top, "models")
+    os.makedirs(os.path.join(root, "kimi", "c1", ".gpufleet"), mode=0o755)
+    for d in (root, os.path.join(root, "kimi"), os.path.join(root, "kimi", "c1"), os.path.join(root, "kimi", "c1", ".gpufleet")):
+        os.chmod(d, 0o755)
+    with open(os.path.join(root, "kimi", "c1", "config.json"), "w") as handle:
+        handle.write("{}")
+    os.chmod(os.path.join(root, "kimi", "c1", "config.json"), 0o644)
+    yield root
+    shutil.rmtree(top)
+
+
+def test_a_tree_nobody_cannot_traverse_fails_at_start_naming_path_mode_and_fix(capsys, fake, public_root, monkeypatch):
+    monkeypatch.setattr(_peer_serve, "worker_identity", lambda: _peer_serve.Worker("nobody", "nogroup", 65534, (65534,)))
+    assert run_module(peer_serve.main, capsys, args(fake, root=public_root))["_rc"] == 0
+    run_module(peer_serve.main, capsys, dict(name="fleet", state="stopped"))
+    fake["calls"].write_text("")
+    # A commit directory made under umask 077.
+    os.chmod(os.path.join(public_root, "kimi", "c1"), 0o700)
+    res = run_module(peer_serve.main, capsys, args(fake, root=public_root))
+    assert res["_rc"] == 1 and "Traceback" not in res["msg"]
+    assert "%s/kimi/c1 (directory, mode 0700" % public_root in res["msg"]
+    assert "nobody:nogroup" in res["msg"] and "0755" in res["msg"] and "model_peer_wait_timeout" in res["msg"]
+    assert res["unreadable"] == [os.path.join(public_root, "kimi", "c1")]
+    assert "systemd-run" not in fake["calls"].read_text()
+
+
+def test_cleaned_without_a_run_stops_every_run_of_the_name(capsys, fake):
+    (fake["tmp"] / "units.txt").write_text(LIST_UNITS)
+    res = run_module(peer_serve.main, capsys, dict(name="fleet", state="cleaned"))
+    assert res["_rc"] == 0 and res["changed"]
+    assert res["stopped_units"] == ["gpufleet-peer-fleet-k3j9x2ab.service", "gpufleet-peer-fleet.service",
+                                    "gpufleet-peer-fleet-new1.service"]
