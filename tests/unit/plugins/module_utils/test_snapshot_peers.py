@@ -488,3 +488,62 @@ def test_aria2_gets_mirrors_and_the_header_in_its_input_file_only():
     argv = _aria2.build_argv("aria2c", "/d/in", "/d/log", connections=4, splits=4, parallel_files=2,
                              min_split_size="1M", timeout=5, retry_wait=1, validate_certs=True, ca_path=None)
     assert not any(PEER_TOKEN in arg or "header" in arg for arg in argv)
+
+
+# ----------------------------------------------------------------------------- issue 20 item 7
+def test_a_dropped_peers_partial_bytes_are_discarded_and_the_honest_peer_is_not_blamed(lab_hub, seed, peers, tmp_path):
+    """Issue 20 item 7: a peer serving wrong bytes dies after 4 MiB of a shard. Its partial bytes stayed
+    in staging and the honest peer's download resumed them (aria2 --continue), so the honest peer's
+    bytes failed the hash and it was dropped too. The partial must be discarded when its source goes."""
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[0]]
+    bad = peers("bad", [SHARDS[0]], seed_dir, "127.0.0.3", corrupt=True, die_after=4 << 20)
+    good = peers("good", [SHARDS[0]], seed_dir, "127.0.0.4")
+    for server in (bad, good):
+        server.status("done")
+    dest = tmp_path / "d"
+    logs = []
+    params = dict(repo_id=TARGET, dest=str(dest), endpoint=lab_hub.api, min_free_bytes=0, retry_wait=0, connections=4,
+                  splits=4, min_split_size="1M", max_tries=1)
+    params.update(peer_args(commit, shard, ("bad", bad), ("good", good), hub_share=[]))
+    res = _snapshot.snapshot(params, log=logs.append)
+    assert [d["name"] for d in res["peers_dropped"]] == ["bad"]
+    assert not [line for line in logs if "good" in line and "dropped" in line]
+    assert [r["source"] for r in res["files"]] == ["peer:good"] and res["from_peers"] == {"good": shard[0]["size"]}
+    assert res["bytes_from_hub"] == 0 and hub_files(lab_hub, listing) == set()
+    assert bad.stopped and bad.bytes_sent() > 0  # it did serve (bad) bytes before it died
+    assert_tree_verified(dest, shard)
+
+
+def test_a_hub_resume_after_a_dropped_peer_starts_clean_and_uses_no_try(lab_hub, seed, peers, tmp_path):
+    """Item 7, the Hub side: the Hub resumed the dropped peer's wrong bytes, failed the hash and lost a
+    try (with max_tries 1, the run). It must start the file clean instead."""
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[0]]
+    bad = peers("bad", [SHARDS[0]], seed_dir, "127.0.0.3", corrupt=True, die_after=4 << 20)
+    bad.status("done")
+    dest = tmp_path / "d"
+    res = run(lab_hub, dest, max_tries=1, **peer_args(commit, shard, ("bad", bad), hub_share=[]))
+    assert [r["source"] for r in res["files"]] == ["hub"] and [d["name"] for d in res["peers_dropped"]] == ["bad"]
+    assert res["from_peers"] == {} and res["bytes_from_hub"] == shard[0]["size"]
+    assert_tree_verified(dest, shard)
+
+
+def test_an_earlier_runs_partial_that_fails_the_hash_blames_nobody(lab_hub, seed, peers, tmp_path):
+    """Bytes a failed earlier run left in staging (here: a corrupting peer's, cut mid-file) are resumed;
+    when the result fails the hash, the peer of this run that resumed them is not dropped and no try is
+    used: the file starts clean and lands."""
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[0]]
+    bad = peers("bad", [SHARDS[0]], seed_dir, "127.0.0.3", corrupt=True, die_after=2 << 20)
+    bad.status("done")
+    dest = tmp_path / "d"
+    with pytest.raises(_snapshot.SnapshotError):
+        run(lab_hub, dest, max_tries=1, hub=False, **peer_args(commit, shard, ("bad", bad)))
+    staging = dest / ".gpufleet" / "staging"
+    assert (staging / (shard[0]["sha256"] + ".aria2")).exists()  # the earlier run's partial, resumable
+    good = peers("good", [SHARDS[0]], seed_dir, "127.0.0.4")
+    good.status("done")
+    res = run(lab_hub, dest, max_tries=1, hub=False, **peer_args(commit, shard, ("good", good)))
+    assert res["peers_dropped"] == [] and [r["source"] for r in res["files"]] == ["peer:good"]
+    assert_tree_verified(dest, shard)
