@@ -394,7 +394,7 @@ class Run(object):
         if self.peers is not None:
             source = _peers.PeerSource(self.peers, token=s.peer_token, hub=source, hub_share=self.hub_share,
                                        wait_timeout=s.peer_wait_timeout, timeout=s.timeout, log=self.log,
-                                       opener=_peers.peer_opener(s.validate_certs, s.ca_path))
+                                       opener=_peers.peer_opener(s.validate_certs, s.ca_path), retry_wait=s.retry_wait)
         aria2 = _aria2.Aria2Settings(
             aria2c=self.aria2c_path, connections=s.connections, splits=s.splits, parallel_files=s.parallel_files,
             min_split_size=s.min_split_size, timeout=s.timeout, retry_wait=s.retry_wait,

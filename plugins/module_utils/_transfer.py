@@ -18,7 +18,7 @@ A source is any object with
 
 - ``resolve(items) -> [(item, Resolution)]``: a URL per item, or the error of this round; raises
   SnapshotError for what no retry can fix;
-- optionally ``settled(item, resolution, uri_errors=, mismatch=) -> bool``: after aria2, what each of
+- optionally ``settled(item, resolution, uri_errors=, mismatch=, failed=) -> bool``: after aria2, what each of
   its URIs did; True when the file's failure was a URI the source no longer uses (a dropped peer), or
   a peer's passing fault: that round uses none of the file's ``max_tries``;
 - optionally ``credited(resolution, uri_errors) -> str``: the origin a file aria2 finished is credited
@@ -487,7 +487,8 @@ class _Round(object):
             if settled is not None:
                 # the source learns which of its URIs failed or served bad bytes (a peer to drop); True:
                 # this file's failure was such a peer's, which the next round no longer uses
-                excused = settled(item, self.res[item.key], uri_errors=result.uri_errors, mismatch=mismatch)
+                excused = settled(item, self.res[item.key], uri_errors=result.uri_errors, mismatch=mismatch,
+                                  failed=item.key in self.failed_keys)
                 if excused and item.key in self.failed_keys:
                     self.excused_keys.add(item.key)
 

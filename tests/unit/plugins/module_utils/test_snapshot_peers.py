@@ -547,3 +547,147 @@ def test_an_earlier_runs_partial_that_fails_the_hash_blames_nobody(lab_hub, seed
     res = run(lab_hub, dest, max_tries=1, hub=False, **peer_args(commit, shard, ("good", good)))
     assert res["peers_dropped"] == [] and [r["source"] for r in res["files"]] == ["peer:good"]
     assert_tree_verified(dest, shard)
+
+
+# ----------------------------------------------------------------------------- issue 20 item 14 (a, b)
+def test_a_peer_answering_503_twice_is_not_dropped_and_gets_the_credit(lab_hub, seed, peers, tmp_path):
+    """14a/14b: aria2 asked the peer again after two 503s and got the file, yet the peer was dropped for
+    the URI error, and the verified bytes were credited to that dropped peer."""
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[0]]
+    busy = peers("gpu2", [SHARDS[0]], seed_dir, "127.0.0.3", fail_first={"status": 503, "count": 2})
+    busy.status("done")
+    res = run(lab_hub, tmp_path / "d", connections=1, splits=1,
+              **peer_args(commit, shard, ("gpu2", busy), hub_share=[]))
+    assert [e["status"] for e in busy.log if e["method"] == "GET"][:2] == [503, 503]
+    assert res["peers_dropped"] == [] and res["from_peers"] == {"gpu2": shard[0]["size"]}
+    assert [r["source"] for r in res["files"]] == ["peer:gpu2"] and hub_files(lab_hub, listing) == set()
+    assert_tree_verified(tmp_path / "d", shard)
+
+
+def test_a_peer_that_stays_overloaded_through_aria2s_tries_is_asked_again_next_round(lab_hub, seed, peers, tmp_path):
+    """14a: aria2 gives up after its own 5 tries; the peer is asked again next round (no try of the file
+    used, max_tries 1), not dropped for the rest of the fetch."""
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[0]]
+    busy = peers("gpu2", [SHARDS[0]], seed_dir, "127.0.0.3", fail_first={"status": 503, "count": 6})
+    busy.status("done")
+    res = run(lab_hub, tmp_path / "d", connections=1, splits=1, max_tries=1,
+              **peer_args(commit, shard, ("gpu2", busy), hub_share=[]))
+    assert busy.failures_left == 0
+    assert res["peers_dropped"] == [] and [r["source"] for r in res["files"]] == ["peer:gpu2"]
+    assert hub_files(lab_hub, listing) == set()
+    assert_tree_verified(tmp_path / "d", shard)
+
+
+def test_a_peer_that_keeps_answering_429_is_dropped_after_its_retries_and_the_hub_serves(lab_hub, seed, peers, tmp_path):
+    """14a: bounded. aria2 does not retry a 429 itself; the peer gets PEER_RETRIES more rounds, then is
+    dropped, and the file comes from the Hub without using a try."""
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[0]]
+    busy = peers("gpu2", [SHARDS[0]], seed_dir, "127.0.0.3", fail_first={"status": 429, "count": 10 ** 6})
+    busy.status("done")
+    res = run(lab_hub, tmp_path / "d", connections=1, splits=1, max_tries=1,
+              **peer_args(commit, shard, ("gpu2", busy), hub_share=[]))
+    gets = [e for e in busy.log if e["method"] == "GET"]
+    assert len(gets) == _peers.PEER_RETRIES + 1 and {e["status"] for e in gets} == {429}
+    assert [d["name"] for d in res["peers_dropped"]] == ["gpu2"] and "429" in res["peers_dropped"][0]["reason"]
+    assert [r["source"] for r in res["files"]] == ["hub"] and res["from_peers"] == {}
+    assert_tree_verified(tmp_path / "d", shard)
+
+
+def _live_source(servers, *, retry_wait=1.0):
+    """A PeerSource over real loopback PeerServers; its backoff waits are recorded, never slept."""
+    waits = []
+    peer_list = [_peers.Peer(name=name, url=server.url, share=frozenset()) for name, server in servers]
+    source = _peers.PeerSource(peer_list, token=PEER_TOKEN, hub=None, hub_share=set(), wait_timeout=0, timeout=10,
+                               opener=_peers.peer_opener(), log=lambda msg: None, retry_wait=retry_wait,
+                               sleep=waits.append)
+    return source, peer_list, waits
+
+
+def test_a_head_answered_503_is_asked_again_with_a_growing_backoff(seed, peers):
+    commit, listing, seed_dir = seed
+    entry = next(e for e in listing if e["path"] == SHARDS[0])
+    busy = peers("gpu2", [SHARDS[0]], seed_dir, "127.0.0.3",
+                 fail_first={"status": 503, "count": 2, "methods": ("HEAD",)})
+    source, peer_list, waits = _live_source([("gpu2", busy)])
+    item = _Item(SHARDS[0], size=entry["size"])
+    assert source.holders([item]) == {SHARDS[0]: peer_list}
+    assert waits == [1.0, 2.0] and source.dropped() == []
+    assert [e["status"] for e in busy.log] == [503, 503, 200]
+
+
+def test_a_head_that_stays_503_drops_the_peer_after_its_retries(seed, peers):
+    commit, listing, seed_dir = seed
+    entry = next(e for e in listing if e["path"] == SHARDS[0])
+    busy = peers("gpu2", [SHARDS[0]], seed_dir, "127.0.0.3",
+                 fail_first={"status": 503, "count": 10 ** 6, "methods": ("HEAD",)})
+    source, peer_list, waits = _live_source([("gpu2", busy)])
+    assert source.holders([_Item(SHARDS[0], size=entry["size"])]) == {SHARDS[0]: []}
+    assert waits == [1.0, 2.0, 4.0] and len(busy.log) == _peers.PEER_RETRIES + 1
+    assert source.dropped() == [{"name": "gpu2", "reason": "HEAD %s: HTTP 503 (4 tries)" % SHARDS[0]}]
+
+
+def test_a_peer_refusing_the_runs_token_is_dropped_at_once(seed, peers):
+    """401 with the run's token: every request carries the same token, so asking again cannot help."""
+    commit, listing, seed_dir = seed
+    entry = next(e for e in listing if e["path"] == SHARDS[0])
+    stale = peers("gpu2", [SHARDS[0]], seed_dir, "127.0.0.3")
+    stale.token = "the token of an earlier run"
+    source, peer_list, waits = _live_source([("gpu2", stale)])
+    assert source.holders([_Item(SHARDS[0], size=entry["size"])]) == {SHARDS[0]: []}
+    assert waits == [] and len(stale.log) == 1
+    assert source.dropped() == [{"name": "gpu2", "reason": "HEAD %s: HTTP 401" % SHARDS[0]}]
+
+
+def test_a_status_read_answered_503_is_asked_again(seed, peers):
+    commit, listing, seed_dir = seed
+    busy = peers("gpu2", [], seed_dir, "127.0.0.3",
+                 fail_first={"status": 503, "count": 1, "paths": [".gpufleet/peer-status.json"]})
+    busy.status("fetching")
+    source, peer_list, waits = _live_source([("gpu2", busy)], retry_wait=0)
+    source.refresh_status(peer_list[0])
+    assert peer_list[0].state == "fetching" and source.dropped() == [] and waits == [0]
+
+
+@pytest.mark.parametrize("error, passing", [
+    ((29, "The response status is not successful. status=503", 503), True),
+    ((22, "The response status is not successful. status=429", 429), True),
+    ((2, "Timeout.", None), True),
+    ((1, "Connection reset by peer", None), True),
+    ((1, "Failed to establish connection, cause: Connection refused", None), False),
+    ((24, "Authorization failed.", None), False),
+    ((22, "The response status is not successful. status=403", 403), False),
+    ((3, "Resource not found", 404), False),
+])
+def test_which_aria2_uri_errors_are_passing(error, passing):
+    assert _peers.passing_uri_error(*error) is passing
+
+
+def test_a_passing_fault_on_a_failed_file_strikes_then_drops_and_a_placed_file_resets():
+    source, peer_list = _source("a")
+    item = _Item("x.safetensors")
+    res = source._to_peers(item, peer_list)  # pylint: disable=protected-access
+    timeout = {res.url: (2, "Timeout.", None)}
+    for strike in range(1, _peers.PEER_RETRIES + 1):
+        assert source.settled(item, res, uri_errors=timeout, mismatch=False, failed=True) is True
+        assert peer_list[0].strikes == strike and source.dropped() == []
+    assert source.settled(item, res, uri_errors={}, mismatch=False, failed=False) is False
+    assert peer_list[0].strikes == 0
+    for dummy in range(_peers.PEER_RETRIES + 1):
+        source.settled(item, res, uri_errors=timeout, mismatch=False, failed=True)
+    assert [d["name"] for d in source.dropped()] == ["a"] and "rounds in a row" in source.dropped()[0]["reason"]
+
+
+def test_a_file_is_credited_to_the_mirror_that_served_it_not_to_one_that_failed():
+    """14b: of two mirrors, the first died (dropped); the second finished the file and gets the credit."""
+    source, peer_list = _source("a", "b")
+    item = _Item("x.safetensors")
+    res = source._to_peers(item, peer_list)  # pylint: disable=protected-access
+    assert res.origin == "peer:a"
+    died = {res.url: (1, "Failed to establish connection, cause: Connection refused", None)}
+    assert source.credited(res, died) == "peer:b"
+    assert source.credited(res, {}) == "peer:a"
+    assert source.credited(res, {res.url: (29, "status=503", 503), res.mirrors[0]: (1, "Connection refused", None)}) == "peer:a"
+    assert source.credited(_transfer.Resolution("http://cdn/x"), {}) == "hub"
