@@ -47,6 +47,7 @@ from typing import Any
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _manifest
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError, backoff
+from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import private_over_peers_message
 from ansible_collections.gpufleet.llm.plugins.module_utils._transfer import Resolution
 
 STATUS_FILE = "peer-status.json"
@@ -155,7 +156,7 @@ class PeerSource(object):
 
     def __init__(self, peers: Sequence[Peer], *, token: str, hub: Any, hub_share: set[str] | None, wait_timeout: float,
                  timeout: float, opener: Any, log: Callable[[str], None], retry_wait: float = 1.0,
-                 sleep: Callable[[float], Any] = time.sleep) -> None:
+                 sleep: Callable[[float], Any] = time.sleep, private: bool = False, repo_id: str = "") -> None:
         self.peers = list(peers)
         self.peer_token = token
         self.hub = hub
@@ -172,6 +173,9 @@ class PeerSource(object):
         self.retry_wait = retry_wait
         self.sleep = sleep
         self.backoff_due = 0.0  # a wait before the next round's resolve (a file's passing fault on a peer)
+        # whether a repo that needs the token may travel over the peer exchange (hf_snapshot's peer_private)
+        self.private = private
+        self.repo_id = repo_id
 
     # -- what the peers say --------------------------------------------------------------------
     def _request(self, url: str, method: str) -> Any:
@@ -361,7 +365,12 @@ class PeerSource(object):
             else:
                 to_hub.append(item)
         if to_hub:
-            out.extend(self.hub.resolve(to_hub))
+            answers = self.hub.resolve(to_hub)
+            if getattr(self.hub, "send_token", False) and not self.private:
+                # the Hub refused a file without the token: a private or gated repo, which the listing
+                # handed over did not say (listing_token_required); nothing more travels over the peers
+                raise SnapshotError(private_over_peers_message(self.repo_id))
+            out.extend(answers)
         return out
 
     def download(self, url: str, out_path: str, size: int | None = None) -> None:

@@ -691,3 +691,93 @@ def test_a_file_is_credited_to_the_mirror_that_served_it_not_to_one_that_failed(
     assert source.credited(res, {}) == "peer:a"
     assert source.credited(res, {res.url: (29, "status=503", 503), res.mirrors[0]: (1, "Connection refused", None)}) == "peer:a"
     assert source.credited(_transfer.Resolution("http://cdn/x"), {}) == "hub"
+
+
+# ----------------------------------------------------------------------------- issue 20 item 14 (c)
+GATED = "gpufleet-lab/Kimi-K2.6-mini-gated"
+TOKEN_READER = "hf_labREADERfakeTOKENnotAsecret000001"  # tests/lab/fixtures.py, lab-only, fake
+
+
+def test_resolve_only_says_whether_the_listing_needed_the_token(lab_hub, tmp_path):
+    assert listed(lab_hub, tmp_path, allow_patterns=["config.json"])["token_required"] is False
+    res = listed(lab_hub, tmp_path, repo_id=GATED, token=TOKEN_READER, allow_patterns=["config.json"])
+    assert res["token_required"] is True
+
+
+@pytest.fixture
+def gated_listing(lab_hub, tmp_path):
+    res = listed(lab_hub, tmp_path, repo_id=GATED, token=TOKEN_READER, allow_patterns=["*.json"])
+    lab_hub.reset()
+    return res["commit"], [{k: row[k] for k in ("path", "size", "sha256", "blob_id")} for row in res["files"]]
+
+
+def test_a_gated_repo_is_not_fetched_with_peers_unless_peer_private(lab_hub, peers, tmp_path):
+    """14c: the listing this host made needed the token: refused before dest or any peer is touched."""
+    owner = peers("gpu2", [], tmp_path, "127.0.0.3")
+    dest = tmp_path / "d"
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        run(lab_hub, dest, repo_id=GATED, token=TOKEN_READER, allow_patterns=["*.json"], peer_token=PEER_TOKEN,
+            peers=[{"name": "gpu2", "url": owner.url, "share": []}])
+    assert GATED in err.value.msg and "peer_private" in err.value.msg and "model_peer_private_repos" in err.value.msg
+    assert TOKEN_READER not in err.value.msg and PEER_TOKEN not in err.value.msg
+    assert not dest.exists() and owner.log == []
+
+
+def test_a_handed_over_listing_that_needed_the_token_is_refused_before_any_request(lab_hub, gated_listing, peers,
+                                                                                  tmp_path):
+    commit, listing = gated_listing
+    owner = peers("gpu2", [], tmp_path, "127.0.0.3")
+    dest = tmp_path / "d"
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        run(lab_hub, dest, repo_id=GATED, token=TOKEN_READER, listing_token_required=True, hub=False,
+            **peer_args(commit, listing, ("gpu2", owner)))
+    assert "peer_private" in err.value.msg
+    assert not dest.exists() and owner.log == [] and lab_hub.log() == []
+
+
+def test_a_gated_repo_is_found_out_even_when_the_caller_did_not_say(lab_hub, gated_listing, peers, tmp_path):
+    """The caller did not pass listing_token_required: a host with Hub access asks the Hub for one file
+    without the token (a gated repo lists without it), and refuses before anything moved."""
+    commit, listing = gated_listing
+    owner = peers("gpu2", [], tmp_path, "127.0.0.3")
+    owner.status("done")
+    dest = tmp_path / "d"
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        run(lab_hub, dest, repo_id=GATED, token=TOKEN_READER,
+            **peer_args(commit, listing, ("gpu2", owner), hub_share=[e["path"] for e in listing]))
+    assert "peer_private" in err.value.msg and TOKEN_READER not in err.value.msg
+    assert not dest.exists() and owner.log == []
+    assert [e["method"] for e in lab_hub.log()] == ["HEAD"]
+
+
+def test_a_hub_that_answers_a_file_only_with_the_token_stops_a_peer_fetch():
+    """Belt and braces, at fetch time: once the Hub source had to send the token, the peer source
+    refuses to go on without peer_private."""
+    class Hub(object):
+        send_token = False
+
+        def resolve(self, items):
+            self.send_token = True  # the Hub refused the file without the token: asked again with it
+            return [(item, _transfer.Resolution("http://cdn/x")) for item in items]
+
+    peer_list = [_peers.Peer(name="a", url="http://10.0.0.1:8370/m/c/", share=frozenset())]
+    source = _peers.PeerSource(peer_list, token=PEER_TOKEN, hub=Hub(), hub_share={"x.safetensors"}, wait_timeout=0,
+                               timeout=1, opener=None, log=lambda msg: None, repo_id="org/gated")
+    source.holders = lambda items: {item.remote.path: [] for item in items}
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        source.resolve([_Item("x.safetensors")])
+    assert "org/gated needs the token" in err.value.msg and "peer_private" in err.value.msg
+    source.private = True
+    [(dummy, res)] = source.resolve([_Item("x.safetensors")])
+    assert res.url == "http://cdn/x"
+
+
+def test_peer_private_lets_a_gated_repo_use_the_peers(lab_hub, gated_listing, peers, tmp_path):
+    commit, listing = gated_listing
+    owner = peers("gpu2", [], tmp_path, "127.0.0.3")
+    owner.status("done")
+    dest = tmp_path / "d"
+    res = run(lab_hub, dest, repo_id=GATED, token=TOKEN_READER, listing_token_required=True, peer_private=True,
+              **peer_args(commit, listing, ("gpu2", owner), hub_share=[e["path"] for e in listing]))
+    assert res["changed"] and {r["source"] for r in res["files"]} == {"hub"}
+    assert_tree_verified(dest, listing)
