@@ -213,6 +213,7 @@ class PeerSource(object):
         """(peer, path, holds it, reason to drop the peer or None)."""
         peer, item = pair
         path, size = item.remote.path, item.remote.size
+
         def head() -> str | None:
             with self._request(self.file_url(peer, path), "HEAD") as resp:
                 return resp.headers.get("Content-Length")
@@ -231,6 +232,7 @@ class PeerSource(object):
 
     def refresh_status(self, peer: Peer) -> None:
         """The owner's peer-status: 404 means its server is up and its run has not started yet."""
+
         def read() -> bytes:
             with self._request(peer.url + "%s/%s" % (_manifest.META_DIR, STATUS_FILE), "GET") as resp:
                 return resp.read(MAX_STATUS_BYTES + 1)
