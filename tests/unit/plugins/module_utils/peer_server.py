@@ -16,7 +16,9 @@ real nginx. Faults are driven by bytes and events, never by time:
   requests that match (method, and path when ``paths`` is given) get that status (``Retry-After``
   with ``retry_after``); then the peer serves (a peer that is briefly overloaded).
 
-``log`` records each request (method, path, status, body bytes, whether the token was right).
+``log`` records each request (method, path, status, body bytes, whether the token was right) once it
+is answered; ``requests`` counts them as they arrive (before any answer, so a test that asserts it
+after the client got its answers never races the server's thread).
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ class PeerServer(object):
         self.fail_first = dict(fail_first or {})
         self.failures_left = self.fail_first.get("count", 0)
         self.log = []
+        self.requests = 0
         self.lock = threading.Lock()
         self.sent = 0
         self.stopped = False
@@ -95,6 +98,8 @@ def _handler(peer):
             self._entry(status)
 
         def _serve(self, body):
+            with peer.lock:
+                peer.requests += 1
             if self.headers.get("Authorization") != "Bearer %s" % peer.token:
                 return self._answer(401)
             rel = urllib.parse.unquote(self.path.lstrip("/"))
