@@ -16,9 +16,17 @@ it, or ``peer_wait_timeout`` passed, the Hub serves it. With ``hub=false`` it wa
 peer with Hub access still fetches (that peer takes the file from the Hub and publishes it), and fails
 once none does.
 
-A peer that refuses a connection, answers an error, ends a body early or serves bytes that fail the
-hash is dropped for the rest of the run. Its token goes only to peer URLs: HEADs here (no proxy, no
-redirect followed) and aria2's ``header=`` in its 0600 input file, never to the Hub nor on argv.
+A peer that refuses a connection, refuses the run's token (401/403), answers another error, or serves
+bytes that fail the hash is dropped for the rest of the run. A passing fault (5xx, 429, a timeout, a
+reset connection) is asked again with a backoff (``retry_wait`` doubled each time): a HEAD or status
+read up to ``PEER_RETRIES`` more times at once, a file aria2 could not get from it in up to
+``PEER_RETRIES`` more rounds (no try of the file used); only then is the peer dropped. Its token goes
+only to peer URLs: HEADs here (no proxy, no redirect followed) and aria2's ``header=`` in its 0600
+input file, never to the Hub nor on argv.
+
+A file is credited (``credited``: the result's ``source`` and ``from_peers``) to a peer that served it
+to its end, never to a mirror aria2 gave up on; the transfer credits only placed (verified) files, and
+resumes a partial only from the sources that wrote it.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import http.client
 import json
 import os
 import re
+import socket
 import time
 import urllib.error
 import urllib.parse
@@ -37,7 +46,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _manifest
-from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError
+from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError, backoff
+from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import private_over_peers_message
 from ansible_collections.gpufleet.llm.plugins.module_utils._transfer import Resolution
 
 STATUS_FILE = "peer-status.json"
@@ -49,6 +59,11 @@ HEAD_THREADS = 8
 # A peer-status file is a few paths; anything bigger is not one.
 MAX_STATUS_BYTES = 4 << 20
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,100}$")
+# How many more times a peer's passing fault (5xx, 429, timeout, reset) is retried before it is dropped.
+PEER_RETRIES = 3
+# aria2's error codes for passing faults: timed out, network problem, server overloaded (503).
+_PASSING_CODES = frozenset((2, 6, 29))
+_PASSING_WORDS = ("timed out", "timeout", "reset", "eof", "broken pipe")
 
 
 @dataclasses.dataclass
@@ -64,6 +79,8 @@ class Peer:
     state: str = "unknown"  # unknown (server up, no status yet), fetching, done, failed
     failed: frozenset = frozenset()
     dropped: str | None = None
+    # files aria2 could not get from it in a row because of passing faults (a placed file resets it)
+    strikes: int = 0
 
 
 def parse_peers(raw: Sequence[Any] | None) -> list[Peer]:
@@ -110,11 +127,36 @@ def _gone(exc: BaseException) -> str:
     return "unreachable (%s: %s)" % (type(reason).__name__, reason)
 
 
+def passing(exc: BaseException) -> bool:
+    """Whether a request's failure may be gone on the next try: 5xx, 429, a timeout, a reset or cut
+    connection. Not: 401/403 (the run's token is the same in every request: a server that refuses it,
+    a stale one of an earlier run or another service on the port, refuses it again), other 4xx,
+    a refused connection (nothing listens: the peer's server stopped, e.g. in a failed host's rescue)."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return exc.code >= 500 or exc.code == 429
+    reason = getattr(exc, "reason", exc)
+    if isinstance(reason, ConnectionRefusedError):
+        return False
+    return isinstance(reason, (socket.timeout, TimeoutError, ConnectionResetError, ConnectionAbortedError,
+                               BrokenPipeError, http.client.RemoteDisconnected, http.client.IncompleteRead))
+
+
+def passing_uri_error(code: int | None, message: str, status: int | None) -> bool:
+    """The same for what aria2's log says of a URI (its error code, message, HTTP status)."""
+    if status is not None:
+        return status >= 500 or status == 429
+    text = (message or "").lower()
+    if "refused" in text:
+        return False
+    return code in _PASSING_CODES or any(word in text for word in _PASSING_WORDS)
+
+
 class PeerSource(object):
     """A _transfer source: live peers first, the Hub (``hub``, a HubSource or None) last."""
 
     def __init__(self, peers: Sequence[Peer], *, token: str, hub: Any, hub_share: set[str] | None, wait_timeout: float,
-                 timeout: float, opener: Any, log: Callable[[str], None]) -> None:
+                 timeout: float, opener: Any, log: Callable[[str], None], retry_wait: float = 1.0,
+                 sleep: Callable[[float], Any] = time.sleep, private: bool = False, repo_id: str = "") -> None:
         self.peers = list(peers)
         self.peer_token = token
         self.hub = hub
@@ -127,6 +169,13 @@ class PeerSource(object):
         self.solo: set[str] = set()  # content keys to fetch from one peer at a time (a multi-peer mismatch)
         self.tried: dict[str, set[str]] = {}  # key -> peers a solo try used
         self.asked: set[str] = set()  # owners whose status this resolve already read (once each per look)
+        # the backoff of a passing fault: base seconds (doubled each retry) and the wait itself (tests: no clock)
+        self.retry_wait = retry_wait
+        self.sleep = sleep
+        self.backoff_due = 0.0  # a wait before the next round's resolve (a file's passing fault on a peer)
+        # whether a repo that needs the token may travel over the peer exchange (hf_snapshot's peer_private)
+        self.private = private
+        self.repo_id = repo_id
 
     # -- what the peers say --------------------------------------------------------------------
     def _request(self, url: str, method: str) -> Any:
@@ -134,6 +183,23 @@ class PeerSource(object):
         req = urllib.request.Request(url, method=method, headers=headers)
         req.add_unredirected_header("Authorization", "Bearer %s" % self.peer_token)
         return self.opener.open(req, timeout=self.timeout)
+
+    def _asked_again(self, peer: Peer, what: str, call: Callable[[], Any]) -> Any:
+        """``call()`` (one request to ``peer``), asked again after a passing fault, at most PEER_RETRIES
+        more times with a growing wait; the last failure (or any other) is raised to the caller."""
+        for attempt in range(1, PEER_RETRIES + 2):
+            try:
+                return call()
+            except (OSError, http.client.HTTPException) as exc:
+                if attempt > PEER_RETRIES or not passing(exc):
+                    raise
+                headers = getattr(exc, "headers", None)
+                asked = _hub.retry_after_seconds(headers.get("Retry-After")) if headers is not None else None
+                wait = max(backoff(self.retry_wait, attempt), min(asked or 0.0, backoff(self.retry_wait, PEER_RETRIES)))
+                self.log("peer %s: %s: %s; asking again in %.0f s (%d/%d)" % (
+                    peer.name, what, _failure(exc), wait, attempt, PEER_RETRIES))
+                self.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def drop(self, peer: Peer, reason: str) -> None:
         if peer.dropped is None:
@@ -147,32 +213,40 @@ class PeerSource(object):
         """(peer, path, holds it, reason to drop the peer or None)."""
         peer, item = pair
         path, size = item.remote.path, item.remote.size
-        try:
+
+        def head() -> str | None:
             with self._request(self.file_url(peer, path), "HEAD") as resp:
-                length = resp.headers.get("Content-Length")
+                return resp.headers.get("Content-Length")
+
+        try:
+            length = self._asked_again(peer, "HEAD %s" % path, head)
             if length is not None and length.strip().isdigit() and int(length) == size:
                 return peer, path, True, None
             return peer, path, False, "HEAD %s: Content-Length %s, the listing says %d" % (path, _hub.shown(length), size)
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 return peer, path, False, None
-            return peer, path, False, "HEAD %s: HTTP %d" % (path, exc.code)
+            return peer, path, False, "HEAD %s: HTTP %d%s" % (path, exc.code, _tries(exc))
         except (OSError, http.client.HTTPException) as exc:
-            return peer, path, False, _gone(exc)
+            return peer, path, False, _gone(exc) + _tries(exc)
 
     def refresh_status(self, peer: Peer) -> None:
         """The owner's peer-status: 404 means its server is up and its run has not started yet."""
-        try:
+
+        def read() -> bytes:
             with self._request(peer.url + "%s/%s" % (_manifest.META_DIR, STATUS_FILE), "GET") as resp:
-                raw = resp.read(MAX_STATUS_BYTES + 1)
+                return resp.read(MAX_STATUS_BYTES + 1)
+
+        try:
+            raw = self._asked_again(peer, "peer-status", read)
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 peer.state = "unknown"
             else:
-                self.drop(peer, "peer-status: HTTP %d" % exc.code)
+                self.drop(peer, "peer-status: HTTP %d%s" % (exc.code, _tries(exc)))
             return
         except (OSError, http.client.HTTPException) as exc:
-            self.drop(peer, _gone(exc))
+            self.drop(peer, _gone(exc) + _tries(exc))
             return
         try:
             status = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_STATUS_BYTES else None
@@ -255,6 +329,10 @@ class PeerSource(object):
                                       "Hub access or a peer that fetches the file" % (item.remote.path, why), final=True)
 
     def resolve(self, items: Sequence[Any]) -> list[tuple[Any, Resolution]]:
+        if self.backoff_due:
+            # a peer's passing fault on a file last round: give it its backoff before it is asked again
+            wait, self.backoff_due = self.backoff_due, 0.0
+            self.sleep(wait)
         found = self.holders(items)
         self.asked = set()
         out: list[tuple[Any, Resolution]] = []
@@ -289,26 +367,51 @@ class PeerSource(object):
             else:
                 to_hub.append(item)
         if to_hub:
-            out.extend(self.hub.resolve(to_hub))
+            answers = self.hub.resolve(to_hub)
+            if getattr(self.hub, "send_token", False) and not self.private:
+                # the Hub refused a file without the token: a private or gated repo, which the listing
+                # handed over did not say (listing_token_required); nothing more travels over the peers
+                raise SnapshotError(private_over_peers_message(self.repo_id))
+            out.extend(answers)
         return out
 
     def download(self, url: str, out_path: str, size: int | None = None) -> None:
         # direct downloads are the Hub's own (gated repos' small files); peers always go through aria2
         self.hub.download(url, out_path, size)
 
-    def settled(self, item: Any, res: Resolution, *, uri_errors: Mapping[str, Any], mismatch: bool) -> bool:
-        """After aria2: drop each peer whose URI failed; a hash mismatch drops a lone peer, or makes
-        the file go one peer at a time when several served it. True when a peer was to blame (it is
-        dropped, or the file goes one peer at a time from now on): the transfer counts no try for it."""
+    def settled(self, item: Any, res: Resolution, *, uri_errors: Mapping[str, Any], mismatch: bool,
+                failed: bool = True) -> bool:
+        """After aria2: drop each peer whose URI failed for good; one whose URI had a passing fault
+        (5xx, 429, timeout, reset) gets a strike and a backoff when the file failed, and is dropped only
+        after PEER_RETRIES more rounds; nothing when aria2 got the file after all (``failed`` False). A
+        hash mismatch drops a lone peer at once (wrong bytes are no passing fault), or makes the file go
+        one peer at a time when several served it. True when a peer was to blame (dropped, struck, or
+        the file goes one peer at a time from now on): the transfer counts no try for it."""
         if not res.origin.startswith("peer:") or res.url is None:
             return False
         urls = (res.url,) + tuple(res.mirrors)
         blamed = False
         for url in urls:
-            if url in uri_errors:
-                code, message, dummy = uri_errors[url]
-                self.drop(self._peer_of(url), "GET %s: aria2 error %s: %s" % (item.remote.path, code, message))
+            peer = self._peer_of(url)
+            if url not in uri_errors:
+                if not failed:
+                    peer.strikes = 0
+                continue
+            code, message, status = uri_errors[url]
+            reason = "GET %s: aria2 error %s: %s" % (item.remote.path, code, message)
+            if not passing_uri_error(code, message, status):
+                self.drop(peer, reason)
                 blamed = True
+            elif not failed:
+                peer.strikes = 0  # aria2 asked again itself and got the file: a passing fault indeed
+            elif peer.dropped is None:
+                peer.strikes += 1
+                blamed = True
+                if peer.strikes > PEER_RETRIES:
+                    self.drop(peer, "%s (%d rounds in a row)" % (reason, peer.strikes))
+                else:
+                    self.backoff_due = max(self.backoff_due, backoff(self.retry_wait, peer.strikes))
+                    self.log("peer %s: %s; asked again next round (%d/%d)" % (peer.name, reason, peer.strikes, PEER_RETRIES))
         if mismatch and len(urls) == 1:
             self.drop(self._peer_of(urls[0]), "served bytes of %s that fail its hash" % item.remote.path)
             blamed = True
@@ -316,6 +419,21 @@ class PeerSource(object):
             blamed = item.key not in self.solo
             self.solo.add(item.key)
         return blamed
+
+    def credited(self, res: Resolution, uri_errors: Mapping[str, Any]) -> str:
+        """The origin of a file aria2 finished from ``res``: of its peers, the first whose URI did not
+        fail (it served the file to its end), else the first that failed only passingly (aria2 asked it
+        again and got the file), else ``res.origin``. The Hub's files stay the Hub's."""
+        if not res.origin.startswith("peer:") or res.url is None:
+            return res.origin
+        urls = (res.url,) + tuple(res.mirrors)
+        for url in urls:
+            if url not in uri_errors:
+                return "peer:%s" % self._peer_of(url).name
+        for url in urls:
+            if passing_uri_error(*uri_errors[url]):
+                return "peer:%s" % self._peer_of(url).name
+        return res.origin
 
     def _peer_of(self, url: str) -> Peer:
         return max((p for p in self.peers if url.startswith(p.url)), key=lambda p: len(p.url))
@@ -325,6 +443,17 @@ class PeerSource(object):
 
     def dropped(self) -> list[dict[str, str]]:
         return [{"name": p.name, "reason": p.dropped} for p in self.peers if p.dropped is not None]
+
+
+def _failure(exc: BaseException) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        return "HTTP %d" % exc.code
+    reason = getattr(exc, "reason", exc)
+    return "%s: %s" % (type(reason).__name__, reason)
+
+
+def _tries(exc: BaseException) -> str:
+    return " (%d tries)" % (PEER_RETRIES + 1) if passing(exc) else ""
 
 
 def planned_source(path: str, *, peers: Sequence[Peer], hub_share: set[str] | None) -> str:

@@ -25,6 +25,7 @@ signed CDN URL aria2 then fetches without any header. Public repos get no token 
 from __future__ import annotations
 
 import errno
+import http.client
 import os
 import re
 import shutil
@@ -39,7 +40,8 @@ from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_list
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_listing as _listing
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_plan as _plan
 from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_staging as _staging
-from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError
+from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError, backoff
+from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import private_over_peers_message
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_progress import Progress, Timings, human
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_settings import Settings
 from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_settings import argument_spec as settings_spec
@@ -229,6 +231,7 @@ class Run(object):
             self._status("done")
             return self._offline(manifest)
         items = self._list()
+        self._refuse_private_over_peers(items)
         if self.check_mode:
             return self._apply(items)
         # dest only after the listing passed its checks (an untrusted answer touches nothing). The
@@ -251,6 +254,43 @@ class Run(object):
         except _manifest.LockTimeout as exc:
             raise SnapshotError(str(exc))
         return res
+
+    def _refuse_private_over_peers(self, items: Sequence[_plan.Item]) -> None:
+        """A repo that needs the token (private or gated) is fetched with peers only with peer_private:
+        its files then travel between hosts over the peer exchange, plain HTTP behind a per-run secret.
+        Known from the listing handed over (listing_token_required), this run's own listing, or, on a
+        host with Hub access, one HEAD without the token (a gated repo lists without it)."""
+        s = self.settings
+        if self.peers is None or s.peer_private:
+            return
+        if s.listing_token_required or self.use_token or (s.hub and self._token_required(items)):
+            raise SnapshotError(private_over_peers_message(s.repo_id))
+
+    def _token_required(self, items: Sequence[_plan.Item]) -> bool:
+        """Whether the repo needs the token: its listing did (private), or the Hub refuses a file without
+        it (gated: the listing is public, the files are not). One HEAD of the smallest file, no token;
+        an answer other than a file or a passing fault counts as needing it (the safe side)."""
+        if self.use_token:
+            return True
+        s = self.settings
+        probe = min(items, key=lambda it: (it.remote.size, it.remote.path))
+        opener = _hub.url_opener(s.proxy, s.validate_certs, s.ca_path)
+        last = ""
+        for attempt in range(1, s.max_tries + 1):
+            try:
+                _hub.resolve_file(opener, s.endpoint_url, s.repo_id, self.commit, probe.remote.path, token=None,
+                                  repo_type=s.repo_type, timeout=s.timeout)
+                return False
+            except _hub.HubHTTPError as exc:
+                if exc.status < 500 and exc.status != 429:
+                    return True
+                last = "HTTP %s" % exc.status
+            except (OSError, ValueError, http.client.HTTPException) as exc:
+                last = "%s: %s" % (type(exc).__name__, exc)
+            if attempt < s.max_tries:
+                time.sleep(backoff(s.retry_wait, attempt))
+        raise SnapshotError("could not tell whether %s needs the token: a HEAD of %s without it failed %d times, last: %s"
+                            % (s.repo_id, probe.remote.path, s.max_tries, last))
 
     def _refuse_symlinked_meta(self) -> None:
         """dest/.gpufleet and its staging dir are written as root: never through a link to elsewhere."""
@@ -314,6 +354,9 @@ class Run(object):
         rows = [dict(_row(item, "listed"), sha256=item.remote.sha256, blob_id=item.remote.blob_id) for item in items]
         res = self._result(rows, fetched_bytes=0, strays=[], pruned=[], changed=False)
         res["resolve_only"] = True
+        # whether the Hub listed the repo only with the token (private or gated): a fetch with peers of
+        # such a repo needs peer_private, and its listing_token_required set from this
+        res["token_required"] = self._token_required(items) if self.settings.hub else bool(self.use_token)
         return res
 
     def _own_manifest(self) -> dict[str, Any] | None:
@@ -403,8 +446,9 @@ class Run(object):
                 use_token=self.use_token, timeout=s.timeout, opener=_hub.url_opener(s.proxy, s.validate_certs, s.ca_path))
         if self.peers is not None:
             source = _peers.PeerSource(self.peers, token=s.peer_token, hub=source, hub_share=self.hub_share,
+                                       private=s.peer_private, repo_id=s.repo_id,
                                        wait_timeout=s.peer_wait_timeout, timeout=s.timeout, log=self.log,
-                                       opener=_peers.peer_opener(s.validate_certs, s.ca_path))
+                                       opener=_peers.peer_opener(s.validate_certs, s.ca_path), retry_wait=s.retry_wait)
         aria2 = _aria2.Aria2Settings(
             aria2c=self.aria2c_path, connections=s.connections, splits=s.splits, parallel_files=s.parallel_files,
             min_split_size=s.min_split_size, timeout=s.timeout, retry_wait=s.retry_wait,

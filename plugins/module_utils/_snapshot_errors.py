@@ -28,6 +28,14 @@ def backoff(retry_wait: float, attempt: int) -> float:
     return min(MAX_BACKOFF, retry_wait * 2 ** (attempt - 1))
 
 
+def private_over_peers_message(repo_id: str) -> str:
+    """Issue 20 item 14c: why a repo that needs the token is not fetched with peers without peer_private."""
+    return ("%s needs the token (a private or gated repo): fetched with peers, its files would travel between the "
+            "hosts over the peer exchange, plain HTTP on the cluster network guarded only by a per-run secret, "
+            "readable by anyone there who sees a request. Set peer_private=true to allow that (role "
+            "gpufleet.llm.model: model_peer_private_repos), or fetch it without peers (model_distribution=hub)" % repo_id)
+
+
 class SnapshotError(ModuleFailure):
     """A failure to report to the operator: ``msg`` names the problem and what to do.
 

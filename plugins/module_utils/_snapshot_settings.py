@@ -71,6 +71,10 @@ def argument_spec() -> dict[str, dict[str, Any]]:
         hub_share=dict(type="list", elements="str"),
         hub=dict(type="bool", default=True),
         peer_wait_timeout=dict(type="int", default=3600),
+        # Issue 20 item 14c: a repo that needs the token travels over the (plain HTTP) peer exchange only
+        # when the operator says so; listing_token_required: the resolve_only run behind listing needed it.
+        peer_private=dict(type="bool", default=False),
+        listing_token_required=dict(type="bool", default=False),
     )
 
 
@@ -110,6 +114,8 @@ class Settings:
     hub_share: list[str] | None
     hub: bool
     peer_wait_timeout: int
+    peer_private: bool
+    listing_token_required: bool
     # What the manifest records and messages name: endpoint, else HF_ENDPOINT, else the public Hub.
     endpoint_url: str
 

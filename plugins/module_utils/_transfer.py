@@ -18,15 +18,24 @@ A source is any object with
 
 - ``resolve(items) -> [(item, Resolution)]``: a URL per item, or the error of this round; raises
   SnapshotError for what no retry can fix;
-- optionally ``settled(item, resolution, uri_errors=, mismatch=) -> bool``: after aria2, what each of
-  its URIs did; True when the file's failure was a URI the source no longer uses (a dropped peer):
-  that round uses none of the file's ``max_tries``;
+- optionally ``settled(item, resolution, uri_errors=, mismatch=, failed=) -> bool``: after aria2, what each of
+  its URIs did; True when the file's failure was a URI the source no longer uses (a dropped peer), or
+  a peer's passing fault: that round uses none of the file's ``max_tries``;
+- optionally ``credited(resolution, uri_errors) -> str``: the origin a file aria2 finished is credited
+  to (of several mirrors, one that served it to the end, not one that failed on the way);
 - ``download(url, out_path, size)``: fetch a URL the source marked ``direct`` (bytes the source's own
   endpoint serves, with its credentials), raising SourceError; called from several threads at once
   (``_transfer_direct``: up to ``parallel_files`` direct files, while the batch's aria2c runs);
 
 ``HubSource`` is the Hub's ``/resolve/`` endpoint. Each file is hashed once, here, in a thread pool,
 as soon as aria2's log says it is complete, while the other files still download.
+
+Partial bytes are resumed only from the sources that wrote them (``Transfer.partial_from``): a
+staging file that another source set began (a peer dropped mid-file, then another peer or the Hub)
+is discarded, with its ``.aria2`` control file, before the next source starts, so a hash mismatch
+always belongs to the source that served every byte of the file, and no honest source is blamed
+(nor loses a try) for another's bytes. A partial left by an earlier run (its source unknown) is
+still resumed, but a mismatch on it blames nobody and uses no try: the file then starts clean.
 """
 
 from __future__ import annotations
@@ -203,6 +212,10 @@ class Transfer(object):
         self.given_up: dict[str, _snapshot_plan.Item] = {}
         # content key -> "hub" or "peer:<name>", for the files a download of this run placed
         self.origins: dict[str, str] = {}
+        # content key -> the sources (provenance()) whose bytes its staging file holds, as this run wrote it
+        self.partial_from: dict[str, tuple[str, ...]] = {}
+        # content keys whose staging file held bytes of an earlier run when this run first fetched it
+        self.inherited: set[str] = set()
 
     def run(self) -> dict[str, str]:
         """Fetch; returns {path: last error} of the files that could not be fetched."""
@@ -239,6 +252,25 @@ class Transfer(object):
         self._link_duplicates(failed)
         return failed
 
+    def start_clean_unless_same(self, item: _snapshot_plan.Item, res: Resolution) -> None:
+        """Before ``item`` is fetched from ``res``: discard a partial another source set wrote (item 7
+        of issue 20), so this source is never resumed on, nor blamed for, another's bytes."""
+        staged = self.staged(item)
+        parts = (staged, staged + ".aria2", staged + _snapshot_staging.DIRECT_MARK)
+        tag = provenance(res)
+        before = self.partial_from.get(item.key)
+        if not any(os.path.lexists(path) for path in parts):
+            self.inherited.discard(item.key)
+        elif before is None:
+            self.inherited.add(item.key)  # left by an earlier run: resumed, but a mismatch blames nobody
+        elif before != tag:
+            _snapshot_staging.remove(*parts)
+            self.inherited.discard(item.key)
+            item.resumed = False
+            self.log("%s: discarded the partial bytes of %s before fetching it from %s"
+                     % (item.remote.path, ", ".join(before), ", ".join(tag)))
+        self.partial_from[item.key] = tag
+
     def staged(self, item: _snapshot_plan.Item) -> str:
         # Keys are checked where the listing enters (_hub); containment here too, as everywhere a
         # path is built from remote data.
@@ -251,6 +283,8 @@ class Transfer(object):
         _snapshot_staging.remove(self.staged(item) + _snapshot_staging.DIRECT_MARK)
         self.pending.pop(item.key, None)
         self.errors.pop(item.remote.path, None)
+        self.partial_from.pop(item.key, None)
+        self.inherited.discard(item.key)
 
     def _take_leftovers(self) -> None:
         # Before every round: what an earlier (possibly killed) aria2 left must not be taken on trust.
@@ -276,6 +310,14 @@ class Transfer(object):
                     failed[other.remote.path] = failed.get(first.remote.path, "not fetched")
                 else:
                     _snapshot_staging.link_duplicate(first, other, self.staging, self.dest)
+
+
+def provenance(res: Resolution) -> tuple[str, ...]:
+    """Who writes a file's bytes when it is fetched from ``res``: the Hub (its signed URLs change on
+    every resolve, the Hub stays the Hub), or exactly these peer URIs (aria2 mirrors)."""
+    if res.origin == "hub":
+        return ("hub",)
+    return tuple(sorted((res.url or "",) + tuple(res.mirrors)))
 
 
 def batches(items: Sequence[_snapshot_plan.Item], parallel_files: int) -> list[list[_snapshot_plan.Item]]:
@@ -338,8 +380,10 @@ class _Round(object):
             elif res.direct:
                 # The endpoint serves these bytes itself, with the token: never through aria2, which
                 # would resend the Authorization header to wherever a redirect of the GET points.
+                self.t.start_clean_unless_same(item, res)
                 direct.append((item, res.url))
             else:
+                self.t.start_clean_unless_same(item, res)
                 batch.append((item, res.url))
         # Direct files download beside aria2, not before it: a gated repo's small files must not
         # hold its large ones back.
@@ -354,6 +398,8 @@ class _Round(object):
         for item, result in results:
             if result.digest is None:
                 self._failed(item, result.error, result.retry_after)
+                if result.error == MISMATCH and item.key in self.t.inherited:
+                    self.excused_keys.add(item.key)  # an earlier run's bytes were resumed: no try used
             else:
                 item.sha256 = result.digest
                 self._placed(item)
@@ -390,7 +436,7 @@ class _Round(object):
         _snapshot_staging.remove(staged + _snapshot_staging.DIRECT_MARK)
         if not ok:
             _snapshot_staging.remove(staged)
-            return _transfer_direct.DirectResult(None, "downloaded bytes do not match the Hub's id")
+            return _transfer_direct.DirectResult(None, MISMATCH)
         return _transfer_direct.DirectResult(digest)
 
     def _hash_later(self, key: str) -> None:
@@ -424,14 +470,25 @@ class _Round(object):
         t.timings.took("hash_after_aria2", mark)
         if result.retry_after:
             self.wait_hint = max(self.wait_hint, float(result.retry_after))
+        credited = getattr(t.source, "credited", None)
+        settled = getattr(t.source, "settled", None)
         for item, dummy in batch:
+            if credited is not None:
+                # of several mirrors, the one that served the file to its end gets the credit (14b)
+                self.res[item.key] = self.res[item.key]._replace(origin=credited(self.res[item.key], result.uri_errors))
+            inherited = item.key in t.inherited
             self._settle(item, result.outcomes[item.key], hashed.get(item.key))
-            settled = getattr(t.source, "settled", None)
+            mismatch = t.errors.get(item.remote.path) == MISMATCH and item.key in self.failed_keys
+            if mismatch and inherited:
+                # bytes an earlier run left were resumed: nobody of this run is to blame, and the file
+                # (its staging removed by the mismatch) starts clean next round without using a try
+                self.excused_keys.add(item.key)
+                mismatch = False
             if settled is not None:
                 # the source learns which of its URIs failed or served bad bytes (a peer to drop); True:
                 # this file's failure was such a peer's, which the next round no longer uses
-                excused = settled(item, self.res[item.key], uri_errors=result.uri_errors,
-                                  mismatch=self.t.errors.get(item.remote.path) == MISMATCH and item.key in self.failed_keys)
+                excused = settled(item, self.res[item.key], uri_errors=result.uri_errors, mismatch=mismatch,
+                                  failed=item.key in self.failed_keys)
                 if excused and item.key in self.failed_keys:
                     self.excused_keys.add(item.key)
 

@@ -247,9 +247,12 @@ options:
         peer to take a file whose owner failed from the Hub).
       - A file is fetched from every live peer that holds it (C(HEAD) with O(peer_token) answers 200 with the
         listing's size), several peers per file as aria2 mirrors; its bytes get the same staging, hash and rename as
-        from the Hub. A peer that refuses connections, answers an error, ends a body early or serves bytes that fail
-        the hash is dropped for the rest of the run (RV(peers_dropped)); a hash mismatch from several peers at once
-        is retried one peer at a time. The Hub is the last resort.
+        from the Hub. A peer that refuses connections, refuses O(peer_token) (401/403), answers another error or
+        serves bytes that fail the hash is dropped for the rest of the run (RV(peers_dropped)); a hash mismatch from
+        several peers at once is retried one peer at a time. A passing fault (5xx, 429, a timeout, a reset
+        connection) is asked again with a backoff from O(retry_wait), up to 3 more times, before the peer is
+        dropped, and uses no try. Partial bytes are resumed only from the peers (or the Hub) that wrote them; a
+        dropped peer's are discarded. The Hub is the last resort.
       - A file not in O(hub_share) is waited for while its owner (the peer whose C(share) lists it) is alive and its
         peer status says it is still fetching; waiting is not a failed try. It comes from the Hub once no live peer
         has it and the owner is gone (connection refused or reset, or its status says C(done) or C(failed) without
@@ -285,6 +288,22 @@ options:
         peer-status says C(done) or C(failed)), not by this timeout.
     type: int
     default: 3600
+  peer_private:
+    description:
+      - Allow O(peers) for a repo that needs the token (private or gated). Its files then travel between the hosts
+        over the peer exchange, which is plain HTTP on the cluster network guarded by the per-run O(peer_token),
+        so anyone on that network who sees a request can read them until the peer servers stop.
+      - V(false) - with O(peers), a repo whose listing needed the token (this run's own listing, or
+        O(listing_token_required)) fails before anything is fetched, and so does a run whose Hub answers a file
+        only with the token.
+    type: bool
+    default: false
+  listing_token_required:
+    description:
+      - With O(listing) - whether the O(resolve_only) run that made it needed the token (its RV(token_required)),
+        which O(peer_private) then has to allow.
+    type: bool
+    default: false
 requirements:
   - huggingface_hub >= 1.0 (the gpufleet.llm.model role installs it into its tools venv)
   - aria2c on the host
@@ -376,7 +395,9 @@ bytes_from_peers:
   returned: success
   type: int
 from_peers:
-  description: Bytes per peer name (a file downloaded from several peers at once counts for the first of them).
+  description:
+    - Bytes per peer name, of verified files only. A file downloaded from several peers at once counts for the
+      first of them that served it to its end, never for one aria2 gave up on.
   returned: success
   type: dict
 peers_dropped:
@@ -457,6 +478,12 @@ blocked:
   elements: str
 resolve_only:
   description: True when O(resolve_only) was set (the result holds the listing only).
+  returned: when O(resolve_only) was set
+  type: bool
+token_required:
+  description:
+    - With O(resolve_only) - whether the Hub listed the repo only with the token (private or gated). Pass it on
+      as O(listing_token_required) with the listing.
   returned: when O(resolve_only) was set
   type: bool
 offline:

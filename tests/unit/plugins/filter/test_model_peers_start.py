@@ -17,6 +17,8 @@ import sys
 
 import yaml
 
+from ansible_collections.gpufleet.llm.tests.unit.plugins.filter import localplay
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 PEERS_START = os.path.join(ROOT, "roles", "model", "tasks", "peers_start.yml")
 COMMIT = "9a0e962393e4de9175c7df68f4731837f10a644a"
@@ -234,3 +236,64 @@ def test_a_host_failing_one_model_stops_its_peer_server_before_the_next_model(tm
     assert "failed=1" in recap.split("gpu2", 1)[1].split("\n", 1)[0]
     assert "failed=0" in recap.split("gpu1", 1)[1].split("\n", 1)[0]
     assert json.loads((tmp_path / "served.json").read_text()) == {"gpu1": 123, "gpu2": 123}
+
+
+# ----------------------------------------------------------------------------- issue 20 item 14c
+def test_every_host_passes_on_whether_the_repo_needs_the_token_and_the_opt_in(tmp_path):
+    proc, got = _run(tmp_path, {"gpu1": True, "gpu2": False},
+                     extra={"model_pinned_token_required": {"kimi": True}, "model_peer_private_repos": True})
+    assert sorted(got) == ["gpu1", "gpu2"], proc.stdout[-3000:] + proc.stderr[-3000:]
+    for args in got.values():
+        assert args["args"]["kimi"]["listing_token_required"] is True and args["args"]["kimi"]["peer_private"] is True
+    proc, got = _run(tmp_path, {"gpu1": True}, extra={"model_pinned_token_required": {"kimi": False}})
+    assert got["gpu1"]["args"]["kimi"]["listing_token_required"] is False
+    assert got["gpu1"]["args"]["kimi"]["peer_private"] is False  # the role's default
+
+
+def _stage_check(tmp_path, **play_vars):
+    """stage.yml's private-repo check as it ships, on localhost; (ansible-playbook's stdout, passed)."""
+    task = next(t for t in _load("stage.yml") if t["name"] == "Check that every model that needs the token may use "
+                                                                "the peer exchange")
+    passed = {"name": "Passed", "ansible.builtin.copy": {"content": "ok", "dest": str(tmp_path / "passed")}}
+    defaults = yaml.safe_load(open(os.path.join(ROOT, "roles", "model", "defaults", "main.yml")))
+    play = dict({"model_peer_private_repos": defaults["model_peer_private_repos"]}, **play_vars)
+    (tmp_path / "stage-check.yml").write_text(json.dumps(
+        [{"hosts": "localhost", "gather_facts": False, "vars": play, "tasks": [task, passed]}]))
+    env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING="False", ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
+               ANSIBLE_COLLECTIONS_PATH=os.path.dirname(os.path.dirname(os.path.dirname(ROOT))))
+    argv = [sys.executable, "-m", "ansible.cli.playbook", "-i", "localhost,", "-c", "local",
+            "-e", "ansible_python_interpreter=%s" % sys.executable, str(tmp_path / "stage-check.yml")]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+    passed = (tmp_path / "passed").exists()
+    if passed:
+        (tmp_path / "passed").unlink()
+    return proc.stdout + proc.stderr, passed
+
+
+def test_peers_for_a_repo_that_needs_the_token_fail_the_stage_unless_the_operator_opts_in(tmp_path):
+    models = [{"name": "kimi", "repo_id": "lab/kimi"}, {"name": "secret", "repo_id": "org/private"}]
+    needs = {"kimi": False, "secret": True}
+    out, passed = _stage_check(tmp_path, model_distribution="peers", model_models=models, model_pinned_token_required=needs)
+    assert not passed and "secret needs the Hub token" in out and "model_peer_private_repos=true" in out
+    assert "kimi" not in out.split("model_distribution=peers:", 1)[1].split("need", 1)[0]
+    assert _stage_check(tmp_path, model_distribution="peers", model_models=models, model_pinned_token_required=needs,
+                        model_peer_private_repos=True)[1]
+    assert _stage_check(tmp_path, model_distribution="hub", model_models=models, model_pinned_token_required=needs)[1]
+    assert _stage_check(tmp_path, model_distribution="peers", model_models=models,
+                        model_pinned_token_required={"kimi": False, "secret": False})[1]
+
+
+def test_the_pin_keeps_whether_each_repo_needs_the_token(tmp_path):
+    """resolve.yml's pin as it ships: hf_snapshot's resolve_only answer (stood in) gives token_required;
+    an answer without it counts as needing the token (the safe side)."""
+    pin = next(t for t in _load("resolve.yml") if t["name"].startswith("Pin the commit"))
+    tasks = []
+    for name, answer in (("kimi", {"commit": COMMIT, "files": LISTING, "token_required": False}),
+                         ("secret", {"commit": COMMIT, "files": LISTING, "token_required": True}),
+                         ("old", {"commit": COMMIT, "files": LISTING})):
+        tasks.append({"name": "Stand in for the resolve of %s" % name,
+                      "ansible.builtin.set_fact": {"__model_resolved": answer, "_model_item": {"name": name}}})
+        tasks.append(pin)
+    tasks.append({"name": "Write", "ansible.builtin.copy": {"content": "{{ model_pinned_token_required | to_json }}",
+                                                            "dest": str(tmp_path / "out.json")}})
+    assert localplay.run_play(tmp_path, tasks) == {"kimi": False, "secret": True, "old": True}

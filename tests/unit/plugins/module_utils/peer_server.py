@@ -11,9 +11,14 @@ real nginx. Faults are driven by bytes and events, never by time:
 - ``die_after``: after that many body bytes the connection is closed and the server stops
   listening (a peer that dies mid-file: later connections are refused);
 - ``publish_on_miss``: {path: source file}; the first request that misses ``path`` gets its 404,
-  then the file is renamed into the tree (the owner publishes it: an event the module must wait for).
+  then the file is renamed into the tree (the owner publishes it: an event the module must wait for);
+- ``fail_first``: {"status": 503, "count": N, "methods": ("GET",), "paths": None}: the first N
+  requests that match (method, and path when ``paths`` is given) get that status (``Retry-After``
+  with ``retry_after``); then the peer serves (a peer that is briefly overloaded).
 
-``log`` records each request (method, path, status, body bytes, whether the token was right).
+``log`` records each request (method, path, status, body bytes, whether the token was right) once it
+is answered; ``requests`` counts them as they arrive (before any answer, so a test that asserts it
+after the client got its answers never races the server's thread).
 """
 from __future__ import annotations
 
@@ -26,13 +31,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class PeerServer(object):
-    def __init__(self, root, token, *, host="127.0.0.3", corrupt=False, die_after=None, publish_on_miss=None):
+    def __init__(self, root, token, *, host="127.0.0.3", corrupt=False, die_after=None, publish_on_miss=None,
+                 fail_first=None):
         self.root = str(root)
         self.token = token
         self.corrupt = corrupt
         self.die_after = die_after
         self.publish_on_miss = dict(publish_on_miss or {})
+        self.fail_first = dict(fail_first or {})
+        self.failures_left = self.fail_first.get("count", 0)
         self.log = []
+        self.requests = 0
         self.lock = threading.Lock()
         self.sent = 0
         self.stopped = False
@@ -89,9 +98,13 @@ def _handler(peer):
             self._entry(status)
 
         def _serve(self, body):
+            with peer.lock:
+                peer.requests += 1
             if self.headers.get("Authorization") != "Bearer %s" % peer.token:
                 return self._answer(401)
             rel = urllib.parse.unquote(self.path.lstrip("/"))
+            if self._fail_now(rel):
+                return None
             path = os.path.join(peer.root, rel)
             if not os.path.isfile(path):
                 self._answer(404)
@@ -116,6 +129,24 @@ def _handler(peer):
             sent = self._body(path, start, end) if body else 0
             self._entry(206 if match else 200, sent)
             return None
+
+        def _fail_now(self, rel):
+            rule = peer.fail_first
+            if not rule or self.command not in rule.get("methods", ("GET",)):
+                return False
+            if rule.get("paths") is not None and rel not in rule["paths"]:
+                return False
+            with peer.lock:
+                if peer.failures_left <= 0:
+                    return False
+                peer.failures_left -= 1
+            self.send_response(rule.get("status", 503))
+            self.send_header("Content-Length", "0")
+            if rule.get("retry_after") is not None:
+                self.send_header("Retry-After", str(rule["retry_after"]))
+            self.end_headers()
+            self._entry(rule.get("status", 503))
+            return True
 
         def _body(self, path, start, end):
             sent = 0

@@ -550,3 +550,295 @@ def test_aria2_gets_mirrors_and_the_header_in_its_input_file_only():
     argv = _aria2.build_argv("aria2c", "/d/in", "/d/log", connections=4, splits=4, parallel_files=2,
                              min_split_size="1M", timeout=5, retry_wait=1, validate_certs=True, ca_path=None)
     assert not any(PEER_TOKEN in arg or "header" in arg for arg in argv)
+
+
+# ----------------------------------------------------------------------------- issue 20 item 7
+def test_a_dropped_peers_partial_bytes_are_discarded_and_the_honest_peer_is_not_blamed(lab_hub, seed, peers, tmp_path):
+    """Issue 20 item 7: a peer serving wrong bytes dies after 4 MiB of a shard. Its partial bytes stayed
+    in staging and the honest peer's download resumed them (aria2 --continue), so the honest peer's
+    bytes failed the hash and it was dropped too. The partial must be discarded when its source goes."""
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[0]]
+    bad = peers("bad", [SHARDS[0]], seed_dir, "127.0.0.3", corrupt=True, die_after=4 << 20)
+    good = peers("good", [SHARDS[0]], seed_dir, "127.0.0.4")
+    for server in (bad, good):
+        server.status("done")
+    dest = tmp_path / "d"
+    logs = []
+    params = dict(repo_id=TARGET, dest=str(dest), endpoint=lab_hub.api, min_free_bytes=0, retry_wait=0, connections=4,
+                  splits=4, min_split_size="1M", max_tries=1)
+    params.update(peer_args(commit, shard, ("bad", bad), ("good", good), hub_share=[]))
+    res = _snapshot.snapshot(params, log=logs.append)
+    assert [d["name"] for d in res["peers_dropped"]] == ["bad"]
+    assert not [line for line in logs if "good" in line and "dropped" in line]
+    assert [r["source"] for r in res["files"]] == ["peer:good"] and res["from_peers"] == {"good": shard[0]["size"]}
+    assert res["bytes_from_hub"] == 0 and hub_files(lab_hub, listing) == set()
+    assert_tree_verified(dest, shard)
+
+
+def test_a_hub_resume_after_a_dropped_peer_starts_clean_and_uses_no_try(lab_hub, seed, peers, tmp_path):
+    """Item 7, the Hub side: the Hub resumed the dropped peer's wrong bytes, failed the hash and lost a
+    try (with max_tries 1, the run). It must start the file clean instead."""
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[0]]
+    bad = peers("bad", [SHARDS[0]], seed_dir, "127.0.0.3", corrupt=True, die_after=4 << 20)
+    bad.status("done")
+    dest = tmp_path / "d"
+    res = run(lab_hub, dest, max_tries=1, **peer_args(commit, shard, ("bad", bad), hub_share=[]))
+    assert [r["source"] for r in res["files"]] == ["hub"] and [d["name"] for d in res["peers_dropped"]] == ["bad"]
+    assert res["from_peers"] == {} and res["bytes_from_hub"] == shard[0]["size"]
+    assert_tree_verified(dest, shard)
+
+
+def test_an_earlier_runs_partial_that_fails_the_hash_blames_nobody(lab_hub, seed, peers, tmp_path):
+    """Bytes a failed earlier run left in staging (here: a corrupting peer's, cut mid-file) are resumed;
+    when the result fails the hash, the peer of this run that resumed them is not dropped and no try is
+    used: the file starts clean and lands."""
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[0]]
+    bad = peers("bad", [SHARDS[0]], seed_dir, "127.0.0.3", corrupt=True, die_after=2 << 20)
+    bad.status("done")
+    dest = tmp_path / "d"
+    with pytest.raises(_snapshot.SnapshotError):
+        run(lab_hub, dest, max_tries=1, hub=False, **peer_args(commit, shard, ("bad", bad)))
+    staging = dest / ".gpufleet" / "staging"
+    assert (staging / (shard[0]["sha256"] + ".aria2")).exists()  # the earlier run's partial, resumable
+    good = peers("good", [SHARDS[0]], seed_dir, "127.0.0.4")
+    good.status("done")
+    res = run(lab_hub, dest, max_tries=1, hub=False, **peer_args(commit, shard, ("good", good)))
+    assert res["peers_dropped"] == [] and [r["source"] for r in res["files"]] == ["peer:good"]
+    assert_tree_verified(dest, shard)
+
+
+# ----------------------------------------------------------------------------- issue 20 item 14 (a, b)
+def test_a_peer_answering_503_twice_is_not_dropped_and_gets_the_credit(lab_hub, seed, peers, tmp_path):
+    """14a/14b: aria2 asked the peer again after two 503s and got the file, yet the peer was dropped for
+    the URI error, and the verified bytes were credited to that dropped peer."""
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[0]]
+    busy = peers("gpu2", [SHARDS[0]], seed_dir, "127.0.0.3", fail_first={"status": 503, "count": 2})
+    busy.status("done")
+    res = run(lab_hub, tmp_path / "d", connections=1, splits=1,
+              **peer_args(commit, shard, ("gpu2", busy), hub_share=[]))
+    assert busy.failures_left == 0  # both 503s were answered
+    assert res["peers_dropped"] == [] and res["from_peers"] == {"gpu2": shard[0]["size"]}
+    assert [r["source"] for r in res["files"]] == ["peer:gpu2"] and hub_files(lab_hub, listing) == set()
+    assert_tree_verified(tmp_path / "d", shard)
+
+
+def test_a_peer_that_stays_overloaded_through_aria2s_tries_is_asked_again_next_round(lab_hub, seed, peers, tmp_path):
+    """14a: aria2 gives up after its own 5 tries; the peer is asked again next round (no try of the file
+    used, max_tries 1), not dropped for the rest of the fetch."""
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[0]]
+    busy = peers("gpu2", [SHARDS[0]], seed_dir, "127.0.0.3", fail_first={"status": 503, "count": 6})
+    busy.status("done")
+    res = run(lab_hub, tmp_path / "d", connections=1, splits=1, max_tries=1,
+              **peer_args(commit, shard, ("gpu2", busy), hub_share=[]))
+    assert busy.failures_left == 0
+    assert res["peers_dropped"] == [] and [r["source"] for r in res["files"]] == ["peer:gpu2"]
+    assert hub_files(lab_hub, listing) == set()
+    assert_tree_verified(tmp_path / "d", shard)
+
+
+def test_a_peer_that_keeps_answering_429_is_dropped_after_its_retries_and_the_hub_serves(lab_hub, seed, peers, tmp_path):
+    """14a: bounded. aria2 does not retry a 429 itself; the peer gets PEER_RETRIES more rounds, then is
+    dropped, and the file comes from the Hub without using a try."""
+    commit, listing, seed_dir = seed
+    shard = [e for e in listing if e["path"] == SHARDS[0]]
+    busy = peers("gpu2", [SHARDS[0]], seed_dir, "127.0.0.3", fail_first={"status": 429, "count": 10 ** 6})
+    busy.status("done")
+    res = run(lab_hub, tmp_path / "d", connections=1, splits=1, max_tries=1,
+              **peer_args(commit, shard, ("gpu2", busy), hub_share=[]))
+    # the GETs that got their 429 (counted before the answer): one per round, PEER_RETRIES more rounds
+    assert 10 ** 6 - busy.failures_left == _peers.PEER_RETRIES + 1
+    assert [d["name"] for d in res["peers_dropped"]] == ["gpu2"] and "429" in res["peers_dropped"][0]["reason"]
+    assert [r["source"] for r in res["files"]] == ["hub"] and res["from_peers"] == {}
+    assert_tree_verified(tmp_path / "d", shard)
+
+
+def _live_source(servers, *, retry_wait=1.0):
+    """A PeerSource over real loopback PeerServers; its backoff waits are recorded, never slept."""
+    waits = []
+    peer_list = [_peers.Peer(name=name, url=server.url, share=frozenset()) for name, server in servers]
+    source = _peers.PeerSource(peer_list, token=PEER_TOKEN, hub=None, hub_share=set(), wait_timeout=0, timeout=10,
+                               opener=_peers.peer_opener(), log=lambda msg: None, retry_wait=retry_wait,
+                               sleep=waits.append)
+    return source, peer_list, waits
+
+
+def test_a_head_answered_503_is_asked_again_with_a_growing_backoff(seed, peers):
+    commit, listing, seed_dir = seed
+    entry = next(e for e in listing if e["path"] == SHARDS[0])
+    busy = peers("gpu2", [SHARDS[0]], seed_dir, "127.0.0.3",
+                 fail_first={"status": 503, "count": 2, "methods": ("HEAD",)})
+    source, peer_list, waits = _live_source([("gpu2", busy)])
+    item = _Item(SHARDS[0], size=entry["size"])
+    assert source.holders([item]) == {SHARDS[0]: peer_list}
+    assert waits == [1.0, 2.0] and source.dropped() == []
+    assert busy.requests == 3 and busy.failures_left == 0
+
+
+def test_a_head_that_stays_503_drops_the_peer_after_its_retries(seed, peers):
+    commit, listing, seed_dir = seed
+    entry = next(e for e in listing if e["path"] == SHARDS[0])
+    busy = peers("gpu2", [SHARDS[0]], seed_dir, "127.0.0.3",
+                 fail_first={"status": 503, "count": 10 ** 6, "methods": ("HEAD",)})
+    source, peer_list, waits = _live_source([("gpu2", busy)])
+    assert source.holders([_Item(SHARDS[0], size=entry["size"])]) == {SHARDS[0]: []}
+    assert waits == [1.0, 2.0, 4.0] and busy.requests == _peers.PEER_RETRIES + 1
+    assert source.dropped() == [{"name": "gpu2", "reason": "HEAD %s: HTTP 503 (4 tries)" % SHARDS[0]}]
+
+
+def test_a_peer_refusing_the_runs_token_is_dropped_at_once(seed, peers):
+    """401 with the run's token: every request carries the same token, so asking again cannot help."""
+    commit, listing, seed_dir = seed
+    entry = next(e for e in listing if e["path"] == SHARDS[0])
+    stale = peers("gpu2", [SHARDS[0]], seed_dir, "127.0.0.3")
+    stale.token = "the token of an earlier run"
+    source, peer_list, waits = _live_source([("gpu2", stale)])
+    assert source.holders([_Item(SHARDS[0], size=entry["size"])]) == {SHARDS[0]: []}
+    assert waits == [] and stale.requests == 1
+    assert source.dropped() == [{"name": "gpu2", "reason": "HEAD %s: HTTP 401" % SHARDS[0]}]
+
+
+def test_a_status_read_answered_503_is_asked_again(seed, peers):
+    commit, listing, seed_dir = seed
+    busy = peers("gpu2", [], seed_dir, "127.0.0.3",
+                 fail_first={"status": 503, "count": 1, "paths": [".gpufleet/peer-status.json"]})
+    busy.status("fetching")
+    source, peer_list, waits = _live_source([("gpu2", busy)], retry_wait=0)
+    source.refresh_status(peer_list[0])
+    assert peer_list[0].state == "fetching" and source.dropped() == [] and waits == [0]
+
+
+@pytest.mark.parametrize("error, passing", [
+    ((29, "The response status is not successful. status=503", 503), True),
+    ((22, "The response status is not successful. status=429", 429), True),
+    ((2, "Timeout.", None), True),
+    ((1, "Connection reset by peer", None), True),
+    ((1, "Failed to establish connection, cause: Connection refused", None), False),
+    ((24, "Authorization failed.", None), False),
+    ((22, "The response status is not successful. status=403", 403), False),
+    ((3, "Resource not found", 404), False),
+])
+def test_which_aria2_uri_errors_are_passing(error, passing):
+    assert _peers.passing_uri_error(*error) is passing
+
+
+def test_a_passing_fault_on_a_failed_file_strikes_then_drops_and_a_placed_file_resets():
+    source, peer_list = _source("a")
+    item = _Item("x.safetensors")
+    res = source._to_peers(item, peer_list)  # pylint: disable=protected-access
+    timeout = {res.url: (2, "Timeout.", None)}
+    for strike in range(1, _peers.PEER_RETRIES + 1):
+        assert source.settled(item, res, uri_errors=timeout, mismatch=False, failed=True) is True
+        assert peer_list[0].strikes == strike and source.dropped() == []
+    assert source.settled(item, res, uri_errors={}, mismatch=False, failed=False) is False
+    assert peer_list[0].strikes == 0
+    for dummy in range(_peers.PEER_RETRIES + 1):
+        source.settled(item, res, uri_errors=timeout, mismatch=False, failed=True)
+    assert [d["name"] for d in source.dropped()] == ["a"] and "rounds in a row" in source.dropped()[0]["reason"]
+
+
+def test_a_file_is_credited_to_the_mirror_that_served_it_not_to_one_that_failed():
+    """14b: of two mirrors, the first died (dropped); the second finished the file and gets the credit."""
+    source, peer_list = _source("a", "b")
+    item = _Item("x.safetensors")
+    res = source._to_peers(item, peer_list)  # pylint: disable=protected-access
+    assert res.origin == "peer:a"
+    died = {res.url: (1, "Failed to establish connection, cause: Connection refused", None)}
+    assert source.credited(res, died) == "peer:b"
+    assert source.credited(res, {}) == "peer:a"
+    assert source.credited(res, {res.url: (29, "status=503", 503), res.mirrors[0]: (1, "Connection refused", None)}) == "peer:a"
+    assert source.credited(_transfer.Resolution("http://cdn/x"), {}) == "hub"
+
+
+# ----------------------------------------------------------------------------- issue 20 item 14 (c)
+GATED = "gpufleet-lab/Kimi-K2.6-mini-gated"
+TOKEN_READER = "hf_labREADERfakeTOKENnotAsecret000001"  # tests/lab/fixtures.py, lab-only, fake
+
+
+def test_resolve_only_says_whether_the_listing_needed_the_token(lab_hub, tmp_path):
+    assert listed(lab_hub, tmp_path, allow_patterns=["config.json"])["token_required"] is False
+    res = listed(lab_hub, tmp_path, repo_id=GATED, token=TOKEN_READER, allow_patterns=["config.json"])
+    assert res["token_required"] is True
+
+
+@pytest.fixture
+def gated_listing(lab_hub, tmp_path):
+    res = listed(lab_hub, tmp_path, repo_id=GATED, token=TOKEN_READER, allow_patterns=["*.json"])
+    lab_hub.reset()
+    return res["commit"], [{k: row[k] for k in ("path", "size", "sha256", "blob_id")} for row in res["files"]]
+
+
+def test_a_gated_repo_is_not_fetched_with_peers_unless_peer_private(lab_hub, peers, tmp_path):
+    """14c: the listing this host made needed the token: refused before dest or any peer is touched."""
+    owner = peers("gpu2", [], tmp_path, "127.0.0.3")
+    dest = tmp_path / "d"
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        run(lab_hub, dest, repo_id=GATED, token=TOKEN_READER, allow_patterns=["*.json"], peer_token=PEER_TOKEN,
+            peers=[{"name": "gpu2", "url": owner.url, "share": []}])
+    assert GATED in err.value.msg and "peer_private" in err.value.msg and "model_peer_private_repos" in err.value.msg
+    assert TOKEN_READER not in err.value.msg and PEER_TOKEN not in err.value.msg
+    assert not dest.exists() and owner.log == []
+
+
+def test_a_handed_over_listing_that_needed_the_token_is_refused_before_any_request(lab_hub, gated_listing, peers,
+                                                                                  tmp_path):
+    commit, listing = gated_listing
+    owner = peers("gpu2", [], tmp_path, "127.0.0.3")
+    dest = tmp_path / "d"
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        run(lab_hub, dest, repo_id=GATED, token=TOKEN_READER, listing_token_required=True, hub=False,
+            **peer_args(commit, listing, ("gpu2", owner)))
+    assert "peer_private" in err.value.msg
+    assert not dest.exists() and owner.log == [] and lab_hub.log() == []
+
+
+def test_a_gated_repo_is_found_out_even_when_the_caller_did_not_say(lab_hub, gated_listing, peers, tmp_path):
+    """The caller did not pass listing_token_required: a host with Hub access asks the Hub for one file
+    without the token (a gated repo lists without it), and refuses before anything moved."""
+    commit, listing = gated_listing
+    owner = peers("gpu2", [], tmp_path, "127.0.0.3")
+    owner.status("done")
+    dest = tmp_path / "d"
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        run(lab_hub, dest, repo_id=GATED, token=TOKEN_READER,
+            **peer_args(commit, listing, ("gpu2", owner), hub_share=[e["path"] for e in listing]))
+    assert "peer_private" in err.value.msg and TOKEN_READER not in err.value.msg
+    assert not dest.exists() and owner.log == []
+    assert [e["method"] for e in lab_hub.log()] == ["HEAD"]
+
+
+def test_a_hub_that_answers_a_file_only_with_the_token_stops_a_peer_fetch():
+    """Belt and braces, at fetch time: once the Hub source had to send the token, the peer source
+    refuses to go on without peer_private."""
+    class Hub(object):
+        send_token = False
+
+        def resolve(self, items):
+            self.send_token = True  # the Hub refused the file without the token: asked again with it
+            return [(item, _transfer.Resolution("http://cdn/x")) for item in items]
+
+    peer_list = [_peers.Peer(name="a", url="http://10.0.0.1:8370/m/c/", share=frozenset())]
+    source = _peers.PeerSource(peer_list, token=PEER_TOKEN, hub=Hub(), hub_share={"x.safetensors"}, wait_timeout=0,
+                               timeout=1, opener=None, log=lambda msg: None, repo_id="org/gated")
+    source.holders = lambda items: {item.remote.path: [] for item in items}
+    with pytest.raises(_snapshot.SnapshotError) as err:
+        source.resolve([_Item("x.safetensors")])
+    assert "org/gated needs the token" in err.value.msg and "peer_private" in err.value.msg
+    source.private = True
+    [(dummy, res)] = source.resolve([_Item("x.safetensors")])
+    assert res.url == "http://cdn/x"
+
+
+def test_peer_private_lets_a_gated_repo_use_the_peers(lab_hub, gated_listing, peers, tmp_path):
+    commit, listing = gated_listing
+    owner = peers("gpu2", [], tmp_path, "127.0.0.3")
+    owner.status("done")
+    dest = tmp_path / "d"
+    res = run(lab_hub, dest, repo_id=GATED, token=TOKEN_READER, listing_token_required=True, peer_private=True,
+              **peer_args(commit, listing, ("gpu2", owner), hub_share=[e["path"] for e in listing]))
+    assert res["changed"] and {r["source"] for r in res["files"]} == {"hub"}
+    assert_tree_verified(dest, listing)

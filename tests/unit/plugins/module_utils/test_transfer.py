@@ -315,7 +315,7 @@ class PeerThenHub(object):
                                                 origin="peer:" + self.peers[0])) for item in items]
         return [(item, _transfer.Resolution("http://hub/" + item.remote.path)) for item in items]
 
-    def settled(self, item, res, *, uri_errors, mismatch):
+    def settled(self, item, res, *, uri_errors, mismatch, failed=True):
         self.settles.append((res.origin, mismatch))
         if res.origin.startswith("peer:") and (res.url in uri_errors or mismatch):
             self.peers.remove(res.origin[5:])
@@ -368,3 +368,46 @@ def test_a_failure_no_peer_is_blamed_for_still_uses_a_try(tmp_path, monkeypatch)
     monkeypatch.setattr(_aria2, "run", fake_aria2(lambda url: None))
     failed = transfer_for(dest, items, source, max_tries=2).run()
     assert list(failed) == ["a.safetensors"] and len(source.settles) == 2
+
+
+def resuming_aria2(serve):
+    """_aria2.run stand-in that resumes like aria2 --continue: with a .aria2 control file beside the
+    staging file it appends the rest of the URL's bytes to what is there. ``serve(url)`` gives (bytes,
+    dies): a URI that dies writes half its bytes, leaves the control file and fails as refused."""
+    def run(jobs, *dummy_args, **dummy_kwargs):
+        outcomes, uri_errors = {}, {}
+        for job in jobs:
+            path = os.path.join(job.dir, job.out)
+            data, dies = serve(job.url)
+            have = os.path.getsize(path) if os.path.exists(path + ".aria2") else 0
+            if dies:
+                with open(path, "ab" if have else "wb") as handle:
+                    handle.write(data[have:len(data) // 2])
+                open(path + ".aria2", "w").close()
+                outcomes[job.key] = err(1)
+                uri_errors[job.url] = (1, "Failed to establish connection, cause: Connection refused", None)
+                continue
+            with open(path, "ab" if have else "wb") as handle:
+                handle.write(data[have:])
+            if os.path.exists(path + ".aria2"):
+                os.unlink(path + ".aria2")
+            outcomes[job.key] = ok()
+        return _aria2.RunResult(0, "", outcomes, 0, "", uri_errors)
+    return run
+
+
+def test_the_next_source_never_resumes_a_dropped_peers_partial(tmp_path, monkeypatch):
+    """Issue 20 item 7, without a network: gpu2 serves wrong bytes and dies mid-file; the Hub then
+    resumed its partial (aria2 --continue), failed the hash and used the only try."""
+    dest = tmp_path / "d"
+    items = fetch_items(dest, ("a.safetensors", SHARD, True))
+    source = PeerThenHub(["gpu2"])
+    monkeypatch.setattr(_aria2, "run", resuming_aria2(
+        lambda url: (SHARD, False) if url.startswith("http://hub/") else (b"\0" * len(SHARD), True)))
+    logs = []
+    transfer = transfer_for(dest, items, source, max_tries=1, logs=logs)
+    assert transfer.run() == {}
+    assert [s[0] for s in source.settles] == ["peer:gpu2", "hub"] and transfer.tries == {}
+    assert any("discarded the partial bytes" in line for line in logs)
+    with open(items[0].final, "rb") as handle:
+        assert handle.read() == SHARD
