@@ -26,10 +26,8 @@ def _run(tmp_path, hub_access: dict, **play_vars):
     confirm = [t for t in tasks if "gpufleet.llm.hf_snapshot" in t]
     assert len(confirm) == 1 and confirm[0].get("any_errors_fatal") is True
     # The confirming call, stood in by a record of who would make it (its `when` kept as it ships).
-    stand_in = {"name": "Who confirms", "ansible.builtin.copy": {"content": "{{ inventory_hostname }}",
-                                                                "dest": "{{ out_dir }}/{{ inventory_hostname }}.confirmed",
-                                                                "mode": "0600"},
-                "when": confirm[0]["when"]}
+    record = {"content": "{{ inventory_hostname }}", "dest": "{{ out_dir }}/{{ inventory_hostname }}.confirmed", "mode": "0600"}
+    stand_in = {"name": "Who confirms", "ansible.builtin.copy": record, "when": confirm[0]["when"]}
     inventory = "\n".join("%s ansible_connection=local model_peer_hub_access=%s ansible_python_interpreter=%s"
                           % (h, str(ok).lower(), sys.executable) for h, ok in hub_access.items())
     (tmp_path / "inventory.ini").write_text(inventory + "\n")

@@ -252,8 +252,8 @@ def test_every_host_passes_on_whether_the_repo_needs_the_token_and_the_opt_in(tm
 
 def _stage_check(tmp_path, **play_vars):
     """stage.yml's private-repo check as it ships, on localhost; (ansible-playbook's stdout, passed)."""
-    task = next(t for t in _load("stage.yml") if t["name"] == "Check that every model that needs the token may use "
-                                                                "the peer exchange")
+    wanted = "Check that every model that needs the token may use the peer exchange"
+    task = next(t for t in _load("stage.yml") if t["name"] == wanted)
     passed = {"name": "Passed", "ansible.builtin.copy": {"content": "ok", "dest": str(tmp_path / "passed")}}
     defaults = yaml.safe_load(open(os.path.join(ROOT, "roles", "model", "defaults", "main.yml")))
     play = dict({"model_peer_private_repos": defaults["model_peer_private_repos"]}, **play_vars)

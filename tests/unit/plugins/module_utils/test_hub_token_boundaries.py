@@ -53,7 +53,7 @@ def listing_settings(hub, **over):
 
 
 def api_log(hub):
-    return [e for e in hub.log(server="api")]
+    return list(hub.log(server="api"))
 
 
 # --- item 3: every form of a secret is masked ------------------------------------------------------

@@ -784,8 +784,8 @@ def test_a_gated_repo_is_not_fetched_with_peers_unless_peer_private(lab_hub, pee
     assert not dest.exists() and owner.log == []
 
 
-def test_a_handed_over_listing_that_needed_the_token_is_refused_before_any_request(lab_hub, gated_listing, peers,
-                                                                                  tmp_path):
+def test_a_handed_over_listing_that_needed_the_token_is_refused_before_any_request(
+        lab_hub, gated_listing, peers, tmp_path):
     commit, listing = gated_listing
     owner = peers("gpu2", [], tmp_path, "127.0.0.3")
     dest = tmp_path / "d"
