@@ -249,8 +249,22 @@ run_lane() {
     if grep -q "All targets skipped" "$out"; then log "integration [$name]: no target ran"; return 1; fi
 }
 
+# ansible-test makes one ssh key pair per user on its first integration run (core_ci.py,
+# generate_key_pair). Lanes that start at once on a fresh machine race for it: the second one's
+# ssh-keygen meets the first one's half-made key, asks "Overwrite (y/n)?" and the lane fails before any
+# target runs. Made once here, before the lanes, the way ansible-test makes it (PEM, RSA header).
+ansible_test_key() {
+    local key=$HOME/.ansible/test/id_rsa
+    [ -f "$key" ] && [ -f "$key.pub" ] && return 0
+    mkdir -p "$(dirname "$key")"
+    rm -f "$key" "$key.pub"
+    ssh-keygen -m PEM -q -t rsa -N '' -f "$key"
+    sed -i -E 's/(BEGIN|END) PRIVATE KEY/\1 RSA PRIVATE KEY/' "$key"
+}
+
 do_integration() {
     # (each lane syncs its own copy of the collection, COLL included: run_lane)
+    ansible_test_key
     # ansible-test runs each target from a copy without lab.env or tests/lab: the targets find the
     # lab's files through this link in the cache (lab.sh).
     ln -sfn "$COLL/tests/lab" "$CACHE/run/lab-dir"
