@@ -66,6 +66,7 @@ def argument_spec() -> dict[str, dict[str, Any]]:
     return dict(
         url=dict(type="str", default=_sglang_http.DEFAULT_URL),
         api_key=dict(type="str", no_log=True),
+        admin_api_key=dict(type="str", no_log=True),
         prompts=dict(type="path", required=True),
         concurrency=dict(type="list", elements="int", default=[1, 8, 32]),
         num_requests=dict(type="int", default=32),

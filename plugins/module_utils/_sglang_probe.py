@@ -64,6 +64,7 @@ def argument_spec() -> dict[str, dict[str, Any]]:
     return dict(
         url=dict(type="str", default=_http.DEFAULT_URL),
         api_key=dict(type="str", no_log=True),
+        admin_api_key=dict(type="str", no_log=True),
         timeout=dict(type="float", default=3600),
         interval=dict(type="float", default=5),
         request_timeout=dict(type="float", default=300),
@@ -288,7 +289,7 @@ def probe(params, *, run_command=None):
     client = _Client(params)
     watch = None
     if params.get("unit"):
-        watch = _unit.UnitWatch(params["unit"], run_command, secrets=(params.get("api_key"),))
+        watch = _unit.UnitWatch(params["unit"], run_command, secrets=(params.get("api_key"), params.get("admin_api_key")))
 
     # 1. health
     _wait_healthy(params, client, result, watch)

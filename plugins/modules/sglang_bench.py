@@ -60,6 +60,15 @@ options:
   api_key:
     description: The server's C(api-key), sent as C(Authorization Bearer); never logged or returned.
     type: str
+  admin_api_key:
+    description:
+      - The server's C(admin-api-key), sent as C(Authorization Bearer) with C(POST /flush_cache) only (in its place
+        O(api_key) is sent); never logged or returned.
+      - SGLang 0.5.23 admits its admin endpoints, C(/flush_cache) among them, only with the admin key once one is set
+        (the API key no longer opens them), so without it such a server refuses the flush (401) and the benchmark fails.
+      - With O(engine=bench_serving) it needs C(sglang.benchmark.serving) (the tool's flush gets this key, its requests
+        O(api_key)); the deprecated C(sglang.bench_serving) sends one key everywhere and is refused.
+    type: str
   prompts:
     description:
       - Path on the host of a JSONL prompt file, one JSON object per line with C(prompt) (string), C(category)

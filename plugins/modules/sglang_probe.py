@@ -57,6 +57,11 @@ options:
       - The server's C(api-key). Sent as C(Authorization Bearer) to every endpoint when set.
       - Without it, a server that has an API key fails the probe with an authentication error.
     type: str
+  admin_api_key:
+    description:
+      - The server's C(admin-api-key). Never sent (the probe uses no admin endpoint); masked in the journal lines a
+        failed probe quotes with O(unit), where SGLang logs its server arguments at start.
+    type: str
   timeout:
     description:
       - Seconds to wait for C(/health) to answer 200. V(0) polls once.

@@ -98,6 +98,7 @@ OPTIONS = {
     "host": (str, "127.0.0.1"),
     "port": (int, 30000),
     "api-key": (str, None),
+    "admin-api-key": (str, None),
     "served-model-name": (str, None),
     "tp-size": (int, 1),
     "mem-fraction-static": (float, None),
@@ -650,6 +651,7 @@ class State:
     def server_info(self) -> dict:
         info = {key.replace("-", "_"): value for key, value in self.config.items()}
         info["api_key"] = None
+        info["admin_api_key"] = None
         info["version"] = VERSION
         info["standin"] = True  # the lab's one marker (docs/lab.md): reports label stand-in figures
         with self.lock:
@@ -883,8 +885,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
 
     def _authorized(self, path: str) -> bool:
+        # SGLang 0.5.23's decide_request_auth (sglang/srt/utils/auth.py): /health*, /ready*, /metrics* are
+        # open; an ADMIN_OPTIONAL route (here /flush_cache) takes only the admin-api-key when one is set,
+        # else the api-key, else nothing; every other route the api-key when one is set.
+        if path.startswith(("/health", "/ready", "/metrics")):
+            return True
         key = self.state.config["api-key"]
-        if not key or path.startswith(("/health", "/ready", "/metrics")):
+        if path in ADMIN_OPTIONAL_PATHS and self.state.config["admin-api-key"]:
+            key = self.state.config["admin-api-key"]
+        if not key:
             return True
         got = self.headers.get("Authorization", "")
         scheme, _sep, token = got.partition(" ")
@@ -1064,6 +1073,9 @@ def _ready(handler: Handler) -> None:
     handler._empty(200 if handler.state.ready.is_set() else 503)
 
 
+# The routes here that SGLang 0.5.23 marks @auth_level(AuthLevel.ADMIN_OPTIONAL) (entrypoints/http_server.py).
+ADMIN_OPTIONAL_PATHS = ("/flush_cache",)
+
 ROUTES = {
     ("GET", "/health"): Handler.health,
     ("GET", "/health_generate"): Handler.health_generate,
@@ -1104,7 +1116,7 @@ def main(argv: list[str] | None = None) -> int:
         ready_file, argv = _take_ready_file(argv)
         config = load_config(argv)
         drafter = config["speculative-draft-model-path"]
-        shown = {k: ("***" if k == "api-key" and v else v) for k, v in config.items()}
+        shown = {k: ("***" if k in ("api-key", "admin-api-key") and v else v) for k, v in config.items()}
         log("config: " + json.dumps(shown, sort_keys=True))
         # The drafter's block size is needed to check the accept knobs before anything starts.
         drafter_block = None
