@@ -379,7 +379,7 @@ def _check_accept(params, result, path, minimum, *, client, server):
         "sends them): %d completion tokens / %s verify steps from %d requests reporting spec_verify_ct%s; server " \
         "avg_spec_accept_length %s" % (
             sample["requests"], sample["max_new_tokens"], params["url"], shape["path"],
-            "chat template" if shape["chat_template"] else "raw text (no chat template: %s)" % why,
+            "chat template" if shape["chat_template"] else "raw text, %s" % why,
             _num(float(shape["temperature"])), sample["completion_tokens"],
             sample["spec_verify_ct"], sample["reporting"],
             ", 95%% interval %s-%s" % (_num(ci95[0]), _num(ci95[1])) if ci95 else "",

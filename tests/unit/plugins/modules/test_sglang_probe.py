@@ -130,7 +130,8 @@ def test_accept_length_below_minimum_fails(capsys, standin_factory, golden):
     msg = res["msg"]
     assert "accept length 1 (pooled sample) is below min_accept_length 1.5" in msg
     assert "sample of 8 requests x 256 new tokens" in msg and "2048 completion tokens / 2048 verify steps" in msg
-    assert "/generate" in msg
+    # the golden target has no chat template: raw text to /generate, as the benchmark would send it
+    assert "/generate, raw text, no chat template:" in msg and "temperature 1, ignore_eos, as the benchmark" in msg
 
 
 def test_accept_length_above_minimum_passes(capsys, standin_factory, golden):
