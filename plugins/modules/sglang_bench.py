@@ -198,11 +198,14 @@ server:
   description:
     - What C(/server_info) said before the run; C(standin=true) for the lab's stand-in, whose figures say nothing
       about GPUs.
+    - Its admission, C(max_running_requests) (the option as SGLang resolved it, 48 when unset with speculative
+      decoding in 0.5.23, null when unset without) and C(effective_max_running_requests_per_dp) (what its scheduler
+      admits at once per DP rank, from C(internal_states[0])).
   returned: unless check mode
   type: dict
   sample: {"version": "0.5.23", "standin": false, "speculative_algorithm": "DFLASH",
            "model_path": "/srv/models/Kimi-K2.6/3f2a", "tokenizer_path": "/srv/models/Kimi-K2.6/3f2a",
-           "avg_spec_accept_length": 3.4}
+           "avg_spec_accept_length": 3.4, "max_running_requests": 48, "effective_max_running_requests_per_dp": 48}
 workload:
   description:
     - The workload as run (prompt file, prompt count per category, requests per level, levels, temperature,
