@@ -148,10 +148,11 @@ def setup():
         def model_config(path, is_draft, context_length):
             hf_config = get_config(path, trust_remote_code=cfg.trust_remote_code,
                                    model_override_args=json.loads(cfg.json_model_override_args))
-            self = types.SimpleNamespace(is_draft_model=is_draft, hf_config=hf_config,
-                                         hf_text_config=common["get_hf_text_config"](hf_config))
-            derive(self, context_length)
-            return self
+            model = types.SimpleNamespace(is_draft_model=is_draft, hf_config=hf_config,
+                                          hf_text_config=common["get_hf_text_config"](hf_config))
+            # The method, on the attributes it reads (self.is_draft_model, self.hf_text_config, ...).
+            derive(model, context_length)
+            return model
 
         try:
             target = model_config(cfg.model_path, False, cfg.context_length)

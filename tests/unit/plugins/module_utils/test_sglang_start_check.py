@@ -439,3 +439,16 @@ def test_run_refuses_on_a_start_rule_and_warns_when_it_cannot_check(tmp_path):
     result = st.run(params, run_command=_scripted(_answers(broken), []), warn=warnings.append)
     assert warnings == ["SGLang 0.5.23's start-time rules were not checked (ImportError: no _handle_dflash)"]
     assert result["notices"] == warnings and result["start"]["error"]
+
+
+def test_run_returns_the_start_checks_named_notices(tmp_path):
+    # Stand-ins and rules not evaluated on this host are notices (and warnings), never dropped.
+    config = cfg.write(str(tmp_path), "good", cfg.GOOD)
+    params = dict(config=config, python=sys.executable, expect_version=None, environment={})
+    notices = ["device-stand-in: device is unset ...", "not-evaluated: dflash-lora (lora_hook: ...)"]
+    answer = dict(problems=[], checked=["speculative-decoding"], skipped=[], resolved={}, error=None,
+                  path="handle_speculative_decoding", notices=notices)
+    warnings = []
+    result = st.run(params, run_command=_scripted(_answers(answer), []), warn=warnings.append)
+    assert result["ok"] and result["notices"] == notices and warnings == notices
+    assert result["start"]["notices"] == notices and result["start"]["path"] == "handle_speculative_decoding"
