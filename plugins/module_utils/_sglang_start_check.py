@@ -623,7 +623,7 @@ def check(config: str) -> dict[str, Any]:
         start.standins()
         result["path"] = "handle_speculative_decoding"
         if not start.speculative(server_args):
-            result["path"] = "_handle_dflash"
+            result["path"] = "_handle_dflash" if is_dflash else None
             # The failed run may have left declarations on the record: SGLang's own rule is a new one.
             server_args = _server_args(config)
             cfg = resolving_view(server_args)

@@ -172,7 +172,8 @@ start:
     path:
       description:
         - V(handle_speculative_decoding) when SGLang's speculative-decoding step ran; V(_handle_dflash) when it could
-          not run on this host and only the DFLASH rules were evaluated (a notice says why).
+          not run on this host and only the DFLASH rules were evaluated, null when it could not run for another algorithm
+          (a notice says why in both cases).
       type: str
       sample: handle_speculative_decoding
     notices:
