@@ -292,7 +292,8 @@ def test_the_pin_keeps_whether_each_repo_needs_the_token(tmp_path):
                          ("secret", {"commit": COMMIT, "files": LISTING, "token_required": True}),
                          ("old", {"commit": COMMIT, "files": LISTING})):
         tasks.append({"name": "Stand in for the resolve of %s" % name,
-                      "ansible.builtin.set_fact": {"__model_resolved": answer, "_model_item": {"name": name}}})
+                      "ansible.builtin.set_fact": {"__model_resolved": answer, "_model_item": {"name": name},
+                                                   "_model_resolver": "localhost"}})
         tasks.append(pin)
     tasks.append({"name": "Write", "ansible.builtin.copy": {"content": "{{ model_pinned_token_required | to_json }}",
                                                             "dest": str(tmp_path / "out.json")}})
