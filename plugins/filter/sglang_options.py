@@ -22,8 +22,17 @@ description:
   - Fails when one dict gives one option twice (two spellings, or an alias and its name), when a key
     is only a prefix of an option the role checks (SGLang's parser would read it as that option), and
     when O(_input) or O(args) sets an option the role owns (C(model-path), C(speculative-draft-model-path),
-    C(speculative-algorithm), C(nnodes), C(node-rank), C(dist-init-addr), C(api-key), C(config)); the
-    message names the role variable to use instead. Values never appear in a message.
+    C(speculative-algorithm), C(nnodes), C(node-rank), C(dist-init-addr), C(api-key), C(admin-api-key), C(config),
+    C(json-model-override-args), C(tokenizer-path)); the message names the role variable to use instead.
+    Values of O(_input) and O(args) never appear in a message.
+  - "Fails on what would swap the weights after the gate verified them: C(load-format) and
+    C(speculative-draft-load-format) other than C(auto), C(safetensors), C(fastsafetensors), C(instanttensor) (the
+    formats that read the model directory's safetensors; C(dummy) loads random weights), and C(decrypted-config-file)
+    and C(decrypted-draft-config-file) (they replace the verified config.json)."
+  - "O(model_override_args) becomes C(json-model-override-args) only when its keys are C(max_position_embeddings),
+    C(rope_parameters), C(rope_scaling), C(rope_theta) (or these under C(text_config)), with values of their type.
+    O(tokenizer_path) becomes C(tokenizer-path) only when, normalised (relative to O(model_dir)), it is O(model_dir)
+    or a directory inside it: a path check, the files in it are not read."
 options:
   _input:
     description: The base options (the role's C(sglang_base_args)).
@@ -37,6 +46,17 @@ options:
     description: Options the role sets itself, dash form, applied last.
     type: dict
     default: {}
+  model_override_args:
+    description: The role's C(sglang_model_override_args), checked and written as C(json-model-override-args) (JSON text).
+    type: dict
+    default: {}
+  tokenizer_path:
+    description: The role's C(sglang_tokenizer_path), checked against O(model_dir) and written as C(tokenizer-path).
+    type: str
+    default: ""
+  model_dir:
+    description: The target's verified commit directory (the C(model-path) the role sets); needed with O(tokenizer_path).
+    type: str
 """
 
 EXAMPLES = r"""
@@ -53,6 +73,8 @@ _value:
   type: dict
 """
 
+import json
+import posixpath
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -84,6 +106,12 @@ ALIASES = {
     "tensor-parallel-size": "tp-size",
 }
 
+# json-model-override-args keys the role accepts (sglang_model_override_args): they set the context length and
+# the rotary embedding (SGLang applies them to the target's and the drafter's config, utils/hf_transformers/config.py),
+# never which weights or architecture are loaded. text_config holds the same keys for a multimodal model.
+OVERRIDE_KEYS = ("max_position_embeddings", "rope_parameters", "rope_scaling", "rope_theta")
+OVERRIDE_NESTED = "text_config"
+
 # What the role sets itself (after the gate verified it), and what to set instead.
 ROLE_OWNED = {
     "model-path": "sglang_target_model (a model_models name) or sglang_target_path: the gate verifies that model",
@@ -94,12 +122,33 @@ ROLE_OWNED = {
     "dist-init-addr": "sglang_multinode_group and sglang_dist_init_port: the role uses the group's first host",
     "api-key": "sglang_api_key (written only into the config file, kept out of logs and diffs)",
     "config": "sglang_args for the options themselves: the role starts SGLang with --config <its own file>",
+    "admin-api-key": "sglang_admin_api_key (written only into the config file, kept out of logs and diffs; "
+                     "the benchmark's /flush_cache sends it)",
+    "json-model-override-args": "sglang_model_override_args (a dict the role checks: only the context/rope keys %s, "
+                                "at the top level or under %s)" % (", ".join(OVERRIDE_KEYS), OVERRIDE_NESTED),
+    "tokenizer-path": "sglang_tokenizer_path (checked to be the target's verified commit directory or a directory inside it)",
 }
+
+# Options that change what is loaded after the gate verified it, with no role variable: refused outright.
+REFUSED = {
+    "decrypted-config-file": "it replaces the target's config.json, which the gate verified, with another file",
+    "decrypted-draft-config-file": "it replaces the drafter's config.json, which the gate verified, with another file",
+}
+
+# SGLang 0.5.23's --load-format choices (sglang/srt/arg_groups/choices.py LOAD_FORMAT_CHOICES) that read the
+# verified safetensors of the model directory (DefaultModelLoader._prepare_weights: *.safetensors; auto also
+# *.bin when there is no safetensors file). Every other choice loads something else: dummy random weights, pt/npcache
+# *.pt/*.bin, gguf, sharded_state/presharded/expert_pack their own files, remote/remote_instance/rdma/private/
+# runai_streamer another source, layered/flash_rl/bitsandbytes/mistral other loaders or files.
+VERIFIED_LOAD_FORMATS = ("auto", "safetensors", "fastsafetensors", "instanttensor")
+LOAD_FORMAT_OPTIONS = ("load-format", "speculative-draft-load-format")
+
 
 # Argparse (allow_abbrev, as SGLang builds its parser) reads a unique prefix as the whole option;
 # no other 0.5.23 option is a prefix of one of these (the test checks), so a prefix is never meant
 # as something else.
-_GUARDED = frozenset(ALIASES) | frozenset(ALIASES.values()) | frozenset(ROLE_OWNED)
+_GUARDED = (frozenset(ALIASES) | frozenset(ALIASES.values()) | frozenset(ROLE_OWNED) | frozenset(REFUSED)
+            | frozenset(LOAD_FORMAT_OPTIONS))
 
 
 def _canonical(raw: Any, *, source: str) -> str:
@@ -135,6 +184,13 @@ def _normalise(data: Any, *, source: str) -> dict:
         key = _canonical(raw, source=source)
         if key in ROLE_OWNED:
             raise _owned_error(raw, key, source=source)
+        if key in REFUSED:
+            raise AnsibleFilterError("%s: %r is refused: %s; serve a model whose files the gate verifies as they are"
+                                     % (source, raw, REFUSED[key]))
+        if key in LOAD_FORMAT_OPTIONS and value is not None and value not in VERIFIED_LOAD_FORMATS:
+            raise AnsibleFilterError("%s: %r must be one of %s (the formats that load the verified safetensors), or "
+                                     "null: other formats load other weights (dummy: random ones) than the gate verified"
+                                     % (source, raw, ", ".join(VERIFIED_LOAD_FORMATS)))
         if key in origin:
             raise AnsibleFilterError("%s: %r and %r are two spellings of SGLang's %s: keep one"
                                      % (source, origin[key], raw, key))
@@ -143,11 +199,88 @@ def _normalise(data: Any, *, source: str) -> dict:
     return out
 
 
-def sglang_options(base_args: Any, args: Any = None, role_options: Any = None) -> dict:
+def _override_value(key: str, value: Any, where: str) -> None:
+    if key == "max_position_embeddings":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise AnsibleFilterError("%s.%s must be a positive integer" % (where, key))
+    elif key == "rope_theta":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise AnsibleFilterError("%s.%s must be a positive number" % (where, key))
+    elif value is not None:
+        # rope_scaling / rope_parameters: a dict of scalars (rope_type, factor, ...) or lists of numbers (longrope)
+        if not isinstance(value, dict):
+            raise AnsibleFilterError("%s.%s must be a dict (for example {rope_type: yarn, factor: 4.0}) or null"
+                                     % (where, key))
+        for name, item in value.items():
+            items = item if isinstance(item, list) else [item]
+            if not isinstance(name, str) or not all(x is None or isinstance(x, (str, int, float, bool)) for x in items):
+                raise AnsibleFilterError("%s.%s: %r must map names to numbers, strings or lists of numbers"
+                                         % (where, key, name))
+
+
+def model_override_json(overrides: Any) -> str | None:
+    """sglang_model_override_args -> the json-model-override-args text, or None when empty.
+
+    Only OVERRIDE_KEYS, at the top level or under OVERRIDE_NESTED: context length and rotary embedding.
+    Anything else (architectures, num_hidden_layers, quantization_config, vocab_size, ...) changes
+    which weights are loaded or how, after the gate verified the config that names them.
+    """
+    where = "sglang_model_override_args"
+    if overrides is None or overrides == {}:
+        return None
+    if not isinstance(overrides, dict):
+        raise AnsibleFilterError("%s must be a dict of config.json key -> value, got %s" % (where, type(overrides).__name__))
+    for key, value in overrides.items():
+        if key == OVERRIDE_NESTED:
+            if not isinstance(value, dict) or not value:
+                raise AnsibleFilterError("%s.%s must be a non-empty dict of %s" % (where, key, ", ".join(OVERRIDE_KEYS)))
+            for inner, item in value.items():
+                if inner not in OVERRIDE_KEYS:
+                    raise AnsibleFilterError("%s.%s: %r cannot be overridden; only %s can (context length and rotary "
+                                             "embedding), other keys change what is loaded after the gate verified it"
+                                             % (where, key, inner, ", ".join(OVERRIDE_KEYS)))
+                _override_value(inner, item, "%s.%s" % (where, key))
+        elif key in OVERRIDE_KEYS:
+            _override_value(key, value, where)
+        else:
+            raise AnsibleFilterError("%s: %r cannot be overridden; only %s (or the same under %s) can (context length "
+                                     "and rotary embedding), other keys change what is loaded after the gate verified it"
+                                     % (where, key, ", ".join(OVERRIDE_KEYS), OVERRIDE_NESTED))
+    return json.dumps(overrides, sort_keys=True, separators=(", ", ": "))
+
+
+def tokenizer_in_model_dir(tokenizer_path: Any, model_dir: Any) -> str | None:
+    """sglang_tokenizer_path -> the tokenizer-path to write, or None when empty.
+
+    The path is checked, not the files: relative to the target's commit directory or absolute, once
+    normalised it must be that directory or a directory inside it (the tree the gate verified).
+    """
+    where = "sglang_tokenizer_path"
+    if tokenizer_path is None or tokenizer_path == "":
+        return None
+    if not isinstance(tokenizer_path, str):
+        raise AnsibleFilterError("%s must be a path, got %s" % (where, type(tokenizer_path).__name__))
+    if not isinstance(model_dir, str) or not model_dir.startswith("/"):
+        raise AnsibleFilterError("%s needs the target's commit directory (sglang_target_model or sglang_target_path) "
+                                 "to check it against" % where)
+    root = posixpath.normpath(model_dir)
+    path = posixpath.normpath(posixpath.join(root, tokenizer_path))
+    if path != root and not path.startswith(root.rstrip("/") + "/"):
+        raise AnsibleFilterError("%s %s is outside the target's verified commit directory %s: give a directory inside "
+                                 "it (relative paths are read from it), or leave it empty to use the model's own tokenizer"
+                                 % (where, tokenizer_path, root))
+    return path
+
+
+def sglang_options(base_args: Any, args: Any = None, role_options: Any = None, *, model_override_args: Any = None,
+                   tokenizer_path: Any = None, model_dir: Any = None) -> dict:
     merged = _normalise(base_args, source="sglang_base_args")
     merged.update(_normalise(args, source="sglang_args"))
     if role_options is not None and not isinstance(role_options, dict):
         raise AnsibleFilterError("sglang_options: role_options must be a dict, got %s" % type(role_options).__name__)
+    checked = {"json-model-override-args": model_override_json(model_override_args),
+               "tokenizer-path": tokenizer_in_model_dir(tokenizer_path, model_dir)}
+    merged.update((key, value) for key, value in checked.items() if value is not None)
     for key, value in (role_options or {}).items():
         merged[str(key)] = value
     return dict((key, value) for key, value in merged.items() if value is not None)

@@ -66,6 +66,7 @@ def argument_spec() -> dict[str, dict[str, Any]]:
     return dict(
         url=dict(type="str", default=_sglang_http.DEFAULT_URL),
         api_key=dict(type="str", no_log=True),
+        admin_api_key=dict(type="str", no_log=True),
         prompts=dict(type="path", required=True),
         concurrency=dict(type="list", elements="int", default=[1, 8, 32]),
         num_requests=dict(type="int", default=32),
@@ -216,7 +217,7 @@ def workload_summary(prompts: list[dict], params: dict[str, Any]) -> dict[str, A
 # --- the server's own view ---------------------------------------------------------------------------
 
 def server_state(base_url, api_key=None, timeout=30.0, validate_certs=True, ca_path=None):
-    """What ``/server_info`` says: version, stand-in flag, speculative algorithm and accept length.
+    """What ``/server_info`` says: version, stand-in flag, speculative algorithm, accept length and admission.
 
     ``/get_server_info`` is the older name (SGLang keeps both); tried when ``/server_info`` is 404.
     """
@@ -243,10 +244,13 @@ def server_state(base_url, api_key=None, timeout=30.0, validate_certs=True, ca_p
         # Without the option in /server_info, SGLang's accept-length figure is the tell: it is
         # reported only with speculative decoding.
         speculative = accept is not None
+    # Admission: the resolved option (SGLang 0.5.23 resolves an unset one to 48 with speculative
+    # decoding, and leaves it null without) and what the scheduler admits per DP rank.
     return dict(version=data.get("version"), standin=bool(data.get("standin", False)),
                 speculative_algorithm=algorithm, speculative=speculative,
                 model_path=data.get("model_path"), tokenizer_path=data.get("tokenizer_path"),
-                avg_spec_accept_length=accept)
+                avg_spec_accept_length=accept, max_running_requests=as_number(data.get("max_running_requests")),
+                effective_max_running_requests_per_dp=as_number(state.get("effective_max_running_requests_per_dp")))
 
 
 def _detail(data):

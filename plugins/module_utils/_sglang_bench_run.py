@@ -65,17 +65,23 @@ def check_label(server: dict[str, Any], label: str, url: str) -> None:
                             "systemd drop-in and that the service restarted" % (url, algorithm), server=server)
 
 
-def flush_cache(base_url: str, *, api_key: str | None = None, validate_certs: bool = True,
-                ca_path: str | None = None) -> str | None:
+def flush_cache(base_url: str, *, api_key: str | None = None, admin_api_key: str | None = None,
+                validate_certs: bool = True, ca_path: str | None = None) -> str | None:
     """``POST /flush_cache``: None when flushed, else why not (a server without the route).
+
+    SGLang 0.5.23 marks /flush_cache ``AuthLevel.ADMIN_OPTIONAL`` (sglang/srt/utils/auth.py
+    ``decide_request_auth``): with an admin-api-key the server takes only that key as its Bearer
+    token (the api-key no longer opens it), else the api-key, else none. So the admin key is sent
+    when given, the API key otherwise.
 
     Raises bench.BenchError when the server refuses: with ``?timeout=`` SGLang waits up to FLUSH_TIMEOUT
     seconds for the server to go idle, then answers 400 "Timed out waiting for idle state." if requests are
     still in flight (other traffic would also skew the figures). SGLang answers 200 with plain text, not JSON.
     """
     path = "/flush_cache?timeout=%d" % FLUSH_TIMEOUT
+    key = admin_api_key or api_key
     try:
-        status, data = http.call(base_url, path, method="POST", api_key=api_key, timeout=FLUSH_TIMEOUT + 30,
+        status, data = http.call(base_url, path, method="POST", api_key=key, timeout=FLUSH_TIMEOUT + 30,
                                  validate_certs=validate_certs, ca_path=ca_path)
     except http.SGLangHTTPError as exc:
         if exc.status == 200:  # the text answer: flushed
@@ -85,6 +91,11 @@ def flush_cache(base_url: str, *, api_key: str | None = None, validate_certs: bo
         return None
     if status in (404, 405):
         return "%s has no POST /flush_cache (answered %d): the prefix cache was not flushed" % (base_url, status)
+    if status in (401, 403):
+        raise bench.BenchError("POST %s/flush_cache answered %d: %s" % (
+            base_url, status, "the server refused the admin_api_key given (not its admin-api-key)" if admin_api_key
+            else "the server has an admin-api-key, which its admin endpoints require: set admin_api_key "
+                 "(the sglang role's sglang_admin_api_key), or flush_cache=false"))
     raise bench.BenchError("POST %s/flush_cache answered %d%s: the server did not flush its cache (it refuses while "
                            "requests are running: is something else sending requests to it?)"
                            % (base_url, status, _detail(data)))
@@ -121,7 +132,7 @@ def _run_builtin(url: str, requests: list[dict], params: dict[str, Any], *, serv
         level_records, repeats, wall = [], [], 0.0
         for repeat in range(params["repeats"]):
             if params["flush_cache"]:
-                why_not = flush_cache(url, **client)
+                why_not = flush_cache(url, admin_api_key=params.get("admin_api_key"), **client)
                 if why_not:
                     warn(why_not)
             run_records, run_wall = bench.run_level(url, requests, concurrency, **call)

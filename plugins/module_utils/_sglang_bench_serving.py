@@ -49,10 +49,25 @@ PROBE_SNIPPET = ("import importlib.util, sys\n"
 # Runs sglang.benchmark.serving's CLI with calculate_metrics() wrapped: argv[1] is the file for the
 # per-request figures, the rest are the tool's own arguments. Every request's output is saved, in
 # request order, before the tool computes its metrics from them.
+# With ADMIN_KEY_ENV in its environment (taken out at once), the tool's flush_server_cache() runs with
+# get_auth_headers() answering that key: SGLang 0.5.23's /flush_cache is ADMIN_OPTIONAL, so a server with an
+# admin-api-key takes only that key there, while every request still sends OPENAI_API_KEY (the api-key).
+ADMIN_KEY_ENV = "GPUFLEET_SGLANG_ADMIN_API_KEY"
 DRIVER = (
-    "import json, sys\n"
+    "import json, os, sys\n"
     "from sglang.benchmark import serving\n"
     "side = sys.argv[1]\n"
+    "admin = os.environ.pop(%r, '')\n"
+    "if admin:\n"
+    "    flush = serving.flush_server_cache\n"
+    "    def flush_server_cache(*args, **kwargs):\n"
+    "        auth = serving.get_auth_headers\n"
+    "        serving.get_auth_headers = lambda: {'Authorization': 'Bearer ' + admin}\n"
+    "        try:\n"
+    "            return flush(*args, **kwargs)\n"
+    "        finally:\n"
+    "            serving.get_auth_headers = auth\n"
+    "    serving.flush_server_cache = flush_server_cache\n"
     "original = serving.calculate_metrics\n"
     "def calculate_metrics(*args, **kwargs):\n"
     "    outputs = kwargs.get('outputs', args[1] if len(args) > 1 else [])\n"
@@ -64,7 +79,7 @@ DRIVER = (
     "serving.calculate_metrics = calculate_metrics\n"
     "sys.argv = ['sglang.benchmark.serving'] + sys.argv[2:]\n"
     "serving.cli_main()\n"
-)
+) % ADMIN_KEY_ENV
 
 
 def sharegpt_dataset(requests: list[dict]) -> list[dict]:
@@ -258,6 +273,13 @@ def run_levels(python: str, url: str, requests: list[dict], *, params: dict, ser
     """
     module = _probe(python, run_command)
     environ = {"OPENAI_API_KEY": params["api_key"]} if params.get("api_key") else None
+    if params.get("admin_api_key") and params.get("flush_cache", True):
+        if module != SERVING_MODULE:
+            raise ModuleFailure("engine=bench_serving: %s sends one key to every endpoint, but a server with an "
+                                "admin-api-key takes only that key at /flush_cache and only the api-key elsewhere; "
+                                "use engine=builtin, SGLang with %s, or flush_cache=false" % (module, SERVING_MODULE),
+                                server=server)
+        environ = dict(environ or {}, **{ADMIN_KEY_ENV: params["admin_api_key"]})
     work = tempfile.mkdtemp(prefix="gpufleet-bench-serving-")
     done, records = [], []
     try:

@@ -25,7 +25,11 @@ Order of the checks, each failing with what failed, the URL path, the numbers an
    its decode-log intervals).
 5. ``min_accept_length`` > 0: the server must be speculative, and the pooled accept length of a
    sample of requests (``_sglang_accept``) must reach the minimum; a sample too small to judge is
-   reported and not gated.
+   reported and not gated. The sample is sent as the benchmark sends its requests, through the
+   benchmark's own client: ``/v1/chat/completions`` for a chat model (``accept_api`` auto, decided
+   as sglang_bench decides it), at ``accept_temperature`` (the benchmark's 1.0), ``ignore_eos``;
+   ``accept_sample.request`` states the shape. The smoke (3.) stays greedy raw text: it only asks
+   for a token.
 
 Everything here only reads: a smoke generation changes nothing on the server, so check mode runs
 the same checks.
@@ -39,6 +43,8 @@ from typing import Any, Callable
 from urllib import parse as _urlparse
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_accept as _accept
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench as _bench
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_chat as _chat
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_http as _http
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_unit as _unit
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
@@ -64,6 +70,7 @@ def argument_spec() -> dict[str, dict[str, Any]]:
     return dict(
         url=dict(type="str", default=_http.DEFAULT_URL),
         api_key=dict(type="str", no_log=True),
+        admin_api_key=dict(type="str", no_log=True),
         timeout=dict(type="float", default=3600),
         interval=dict(type="float", default=5),
         request_timeout=dict(type="float", default=300),
@@ -75,6 +82,8 @@ def argument_spec() -> dict[str, dict[str, Any]]:
         accept_requests=dict(type="int", default=8),
         accept_max_new_tokens=dict(type="int", default=256, no_log=False),  # a token count, not a secret
         accept_min_tokens=dict(type="int", default=1024, no_log=False),  # a token count, not a secret
+        accept_api=dict(type="str", choices=list(_chat.APIS), default="auto"),
+        accept_temperature=dict(type="float", default=_bench.DEFAULT_TEMPERATURE),
         unit=dict(type="str"),
         validate_certs=dict(type="bool", default=True),
         ca_path=dict(type="path"),
@@ -116,6 +125,9 @@ def check_params(params):
     for name in ("accept_requests", "accept_max_new_tokens"):
         if params[name] < 1:
             problems.append("%s must be >= 1 (got %s)" % (name, params[name]))
+    if params["accept_temperature"] < 0:
+        problems.append("accept_temperature must be >= 0 (got %s); keep the benchmark's (sglang_bench_temperature, "
+                        "1.0) so that the gate measures what the benchmark measures" % _num(params["accept_temperature"]))
     if params["accept_min_tokens"] < 0:
         problems.append("accept_min_tokens must be >= 0 (got %s)" % params["accept_min_tokens"])
     if params.get("unit"):
@@ -288,7 +300,7 @@ def probe(params, *, run_command=None):
     client = _Client(params)
     watch = None
     if params.get("unit"):
-        watch = _unit.UnitWatch(params["unit"], run_command, secrets=(params.get("api_key"),))
+        watch = _unit.UnitWatch(params["unit"], run_command, secrets=(params.get("api_key"), params.get("admin_api_key")))
 
     # 1. health
     _wait_healthy(params, client, result, watch)
@@ -332,11 +344,11 @@ def probe(params, *, run_command=None):
     # 5. accept length
     minimum = params["min_accept_length"]
     if minimum > 0:
-        _check_accept(params, result, path, minimum, client=client)
+        _check_accept(params, result, path, minimum, client=client, server=sinfo)
     return result
 
 
-def _check_accept(params, result, path, minimum, *, client):
+def _check_accept(params, result, path, minimum, *, client, server):
     if not result["speculative"]:
         raise ProbeError(
             "min_accept_length is %s but the server at %s is not speculative: %s%s has no speculative_algorithm "
@@ -344,24 +356,39 @@ def _check_accept(params, result, path, minimum, *, client):
             "configure the drafter (speculative-algorithm, speculative-draft-model-path) or set "
             "min_accept_length 0 for an autoregressive server" % (_num(minimum), params["url"], params["url"], path),
             result)
-    samples = _accept.collect(lambda body: client.post("/generate", body, result),
-                              requests=params["accept_requests"], max_new_tokens=params["accept_max_new_tokens"])
+    # The benchmark's choice of API (a chat model gets its chat template), on the server's own model
+    # directory as /server_info names it (this module runs on the server's host).
+    api, why = _chat.resolve_api(params["accept_api"], server)
+    shape = dict(_accept.request_shape(api, params["accept_temperature"], params["accept_max_new_tokens"]),
+                 reason=why)
+    try:
+        samples = _accept.collect(params["url"], requests=params["accept_requests"],
+                                  max_new_tokens=params["accept_max_new_tokens"], api=api,
+                                  temperature=params["accept_temperature"], client=client.kw,
+                                  request_timeout=params["request_timeout"])
+    except _accept.AcceptSampleError as exc:
+        raise ProbeError("the accept-length sample (POST %s%s) failed: %s; see %s"
+                         % (params["url"], shape["path"], exc, JOURNAL_HINT), result)
     sample = _accept.summarize(samples, max_new_tokens=params["accept_max_new_tokens"],
                                min_tokens=params["accept_min_tokens"])
+    sample["request"] = shape
     result["accept_sample"] = sample
     _refresh_server_accept(client, result)
     measured = sample["accept_length"]
     ci95 = sample["ci95"]
-    numbers = "sample of %d requests x %d new tokens (POST %s/generate, temperature 0): %d completion tokens / " \
-        "%s verify steps from %d requests reporting spec_verify_ct%s; server avg_spec_accept_length %s" % (
-            sample["requests"], sample["max_new_tokens"], params["url"], sample["completion_tokens"],
+    numbers = "sample of %d requests x %d new tokens (POST %s%s, %s, temperature %s, ignore_eos, as the benchmark " \
+        "sends them): %d completion tokens / %s verify steps from %d requests reporting spec_verify_ct%s; server " \
+        "avg_spec_accept_length %s" % (
+            sample["requests"], sample["max_new_tokens"], params["url"], shape["path"],
+            "chat template" if shape["chat_template"] else "raw text, %s" % why,
+            _num(float(shape["temperature"])), sample["completion_tokens"],
             sample["spec_verify_ct"], sample["reporting"],
             ", 95%% interval %s-%s" % (_num(ci95[0]), _num(ci95[1])) if ci95 else "",
             _num(result["accept_length"]) if result["accept_length"] is not None else "absent")
     if not sample["judged"]:
         note = ("accept length %s not judged against min_accept_length %s: the sample is too small (%s; it takes "
                 ">= 2 requests reporting spec_verify_ct and >= %d tokens, accept_min_tokens). Requests that stop "
-                "early (EOS) shrink it: raise accept_requests or accept_max_new_tokens"
+                "early (a server that ignores ignore_eos) shrink it: raise accept_requests or accept_max_new_tokens"
                 % (_num(measured) if measured is not None else "n/a", _num(minimum), numbers,
                    sample["min_tokens"]))
         result["notices"].append(note)

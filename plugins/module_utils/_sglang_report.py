@@ -82,14 +82,17 @@ _RUN = {
         "records": {"type": "array", "items": _RECORD},
     },
 }
+_ARM_ADMISSION = {"type": "object", "required": ["max_running_requests", "effective_max_running_requests_per_dp"],
+                  "properties": {"max_running_requests": {"type": ["integer", "null"]},
+                                 "effective_max_running_requests_per_dp": {"type": ["integer", "null"]}}}
 # A JSON Schema (draft 2020-12 subset: type, required, properties, items, enum, minimum, minItems),
 # checked by ``schema_problems`` so no jsonschema library is needed.
 SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "gpufleet.llm SGLang benchmark report",
     "type": "object",
-    "required": ["schema_version", "generated_at", "host", "standin", "runs", "speedup", "baseline", "files",
-                 "notes"],
+    "required": ["schema_version", "generated_at", "host", "standin", "runs", "speedup", "baseline", "admission",
+                 "files", "notes"],
     "properties": {
         "schema_version": {"type": "integer", "enum": [SCHEMA_VERSION]},
         "generated_at": {"type": "string"},
@@ -105,6 +108,9 @@ SCHEMA = {
                            "speedup_ci_low": {"type": _NUM}, "speedup_ci_high": {"type": _NUM}}}},
         "baseline": {"type": "object", "required": ["ran", "note"],
                      "properties": {"ran": {"type": "boolean"}, "note": {"type": ["string", "null"]}}},
+        "admission": {"type": "object", "required": ["spec", "baseline", "equal"],
+                      "properties": {"spec": _ARM_ADMISSION, "baseline": {"type": ["object", "null"]},
+                                     "equal": {"type": ["boolean", "null"]}}},
         "files": {"type": "object", "required": ["json", "markdown", "throughput_png", "accept_length_png"]},
         "notes": {"type": "array", "items": {"type": "string"}},
     },
@@ -197,6 +203,43 @@ def _run(result, label):
     return run
 
 
+def _arm_admission(run: dict) -> dict[str, Any]:
+    server = run["server"] or {}
+    return dict((key, _sglang_bench.as_number(server.get(key)))
+                for key in ("max_running_requests", "effective_max_running_requests_per_dp"))
+
+
+def admission(spec_run: dict, base_run: dict | None) -> tuple[dict[str, Any], str | None]:
+    """(the report's ``admission``, a note when the arms admitted a different number of requests at once).
+
+    Each arm's figures are its own ``/server_info``: ``max_running_requests`` as SGLang resolved the
+    option (0.5.23: 48 when unset with speculative decoding, null without) and
+    ``internal_states[0].effective_max_running_requests_per_dp``, what its scheduler admits.
+    """
+    spec = _arm_admission(spec_run)
+    base = _arm_admission(base_run) if base_run else None
+    doc = dict(spec=spec, baseline=base, equal=None)
+    if base is None:
+        return doc, None
+    known = [k for k in spec if spec[k] is not None or base[k] is not None]
+    doc["equal"] = bool(known) and all(spec[k] == base[k] for k in known)
+    if doc["equal"] or not known:
+        return doc, None
+    caps = [v for v in (spec["effective_max_running_requests_per_dp"] or spec["max_running_requests"],
+                        base["effective_max_running_requests_per_dp"] or base["max_running_requests"]) if v]
+    above = [lvl["concurrency"] for lvl in spec_run["levels"] if caps and lvl["concurrency"] > min(caps)]
+    return doc, ("The arms admitted a different number of requests at once (/server_info max_running_requests: spec "
+                 "%s, effective per DP rank %s; baseline %s, effective per DP rank %s)%s. Pin max-running-requests "
+                 "in the baseline to the speculative arm's value (the benchmark playbook does)"
+                 % (_unset(spec["max_running_requests"]), _unset(spec["effective_max_running_requests_per_dp"]),
+                    _unset(base["max_running_requests"]), _unset(base["effective_max_running_requests_per_dp"]),
+                    ": levels %s compare unequal admission" % ", ".join(str(c) for c in above) if above else ""))
+
+
+def _unset(value: Any) -> str:
+    return "unset" if value is None else str(value)
+
+
 def build(host, spec, baseline=None, baseline_note=None, generated_at=None, files=None):
     """The report document (see SCHEMA)."""
     spec_run = _run(spec, "spec")
@@ -214,6 +257,9 @@ def build(host, spec, baseline=None, baseline_note=None, generated_at=None, file
         if differ:
             notes.append("The baseline ran a different workload than the speculative run (%s): the speedup compares "
                          "unlike runs" % ", ".join(differ))
+    admitted, admission_note = admission(spec_run, base_run)
+    if admission_note:
+        notes.append(admission_note)
     doc = dict(
         schema_version=SCHEMA_VERSION,
         generated_at=generated_at or datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -222,6 +268,7 @@ def build(host, spec, baseline=None, baseline_note=None, generated_at=None, file
         runs=dict(spec=spec_run, baseline=base_run),
         speedup=_sglang_bench.speedup(spec_run["levels"], base_run["levels"]) if base_run else [],
         baseline=dict(ran=base_run is not None, note=None if base_run else (baseline_note or "not requested")),
+        admission=admitted,
         files=dict((k, os.path.basename(v)) for k, v in (files or {}).items()) or dict(
             json=None, markdown=None, throughput_png=None, accept_length_png=None),
         notes=notes,
@@ -256,6 +303,7 @@ def markdown(doc):
            "prefix cache flushed before each repeat" if work.get("flush_cache", True) else "no cache flush"),
         "- baseline: %s" % ("ran (the same workload, server without speculative decoding)" if doc["baseline"]["ran"]
                             else "not run: %s" % doc["baseline"]["note"]),
+        "- admission (/server_info max_running_requests, effective per DP rank): %s" % _admission_line(doc),
         "",
         "| run | concurrency | requests | output tok/s | latency p50 / p90 / p99 (ms) | TTFT p50 / p90 / p99 (ms) "
         "| accept length | server accept length since flush | speedup [%d%% CI] |" % round(
@@ -286,6 +334,21 @@ def markdown(doc):
         if note != STANDIN_WARNING:
             lines.append("- %s" % note)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _admission_line(doc: dict) -> str:
+    adm = doc.get("admission") or {}
+
+    def arm(label):
+        figures = adm.get(label)
+        if not figures:
+            return None
+        return "%s %s (%s)" % (label, _unset(figures.get("max_running_requests")),
+                               _unset(figures.get("effective_max_running_requests_per_dp")))
+
+    parts = [p for p in (arm("spec"), arm("baseline")) if p]
+    verdict = {True: "equal", False: "NOT equal", None: None}[adm.get("equal")]
+    return ", ".join(parts) + ("; %s" % verdict if verdict else "")
 
 
 def _speedup_cell(item: dict) -> str | None:

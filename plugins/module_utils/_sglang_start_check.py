@@ -2,47 +2,59 @@
 # Copyright (c) gpufleet.llm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""sglang_preflight's start-time rules: what SGLang refuses at START although its parser accepts it.
+"""sglang_preflight's start-time rules: part of what SGLang refuses at START although its parser accepts it.
 
 Private to the collection: not a public API, may change without notice.
 
 Like ``_sglang_check`` this file has two lives. Imported by the module it only builds the command
 and reads the answer (``command()``, ``script_source()``, ``RESULT_MARKER``); fed to
 ``<python> - <config>`` on stdin of the interpreter that has SGLang, with the unit's environment
-applied to that process, ``check()`` runs SGLang 0.5.23's own code on the parsed config:
+applied to that process, ``check()`` runs SGLang 0.5.23's own code on the parsed config. What it
+judges, and only that:
 
-* ``ServerArgs.from_cli_args`` (CPU-safe in 0.5.23: ``__post_init__`` resolves nothing) and
-  ``sglang.srt.arg_groups.speculative_hook._handle_dflash`` itself, the DFlash rules: pp-size 1,
-  a draft model path, dflash-block-size equal to num-draft-tokens, a draft window not smaller
-  than the block;
+* ``handle_speculative_decoding`` (``srt/arg_groups/speculative_hook.py``), SGLang's whole
+  speculative-decoding step, through SGLang's ``run_hook`` as ``run_resolution_pipeline`` runs it on
+  the ``ServerArgs`` record ``ServerArgs.from_cli_args`` builds. DFLASH reaches ``_handle_dflash``
+  only through it; its own rules (sink/window sizes, SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION)
+  run for every algorithm. Where it cannot be imported or fails on something other than a
+  refusal, ``_handle_dflash`` alone is the fallback (``path``), with a notice saying why;
 * ``parse_dflash_draft_config`` and ``require_num_layers`` (``speculative/dflash_utils.py``) on the
   drafter's config.json, which the DFlash worker runs at start;
 * ``get_context_length`` (``utils/hf_transformers/common.py``) on the target's and the drafter's
-  config.json, and ``envs.SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` from the environment.
+  config.json with json-model-override-args applied as ``get_config`` applies it, and
+  ``envs.SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` from the environment.
 
-``dflash_utils`` and ``hf_transformers/common`` import GPU kernels and transformers at module
-level, which a CPU-only install lacks, so the functions named above are compiled from the
-installed SGLang's own source file (``_from_source``) without that import chain.
+The rest of SGLang's start (the other steps of its hook pipeline, the model and tokenizer load)
+is not run. Stood in, each a named notice in the result: the device (``device-stand-in``: cuda, as
+a GPU host resolves it); transformers' ``get_config`` where transformers is missing
+(``get-config-stand-in``: the config.json with the overrides applied); ``dflash_utils`` where its
+GPU kernels are missing (``dflash-utils-from-source``: its functions compiled from SGLang's own file
+by ``_from_source``). DFLASH rules of other hooks and of the draft worker that need the GPU, the
+loaded model or the tokenizer are ``not-evaluated`` notices (``NOT_EVALUATED``), never silence.
 
-What cannot run without a GPU is mirrored here, and each mirror is pinned to the 0.5.23 source it
-was read from by tests/unit/plugins/module_utils/test_sglang_start_check.py (``PINS``):
+What is mirrored is pinned to the 0.5.23 source it was read from by
+tests/unit/plugins/module_utils/test_sglang_start_check.py (``PINS``):
 
-* ``device``: a GPU host resolves ``cuda``; on a CPU-only check the device is declared ``cuda``
-  when the config leaves it unset, as ``_handle_dflash`` refuses any other;
-* the DFlash block size when neither num-draft-tokens nor dflash-block-size is set
-  (``_handle_dflash`` reads it from the drafter through transformers' ``get_config``);
 * ``ModelConfig._derive_context_length`` (a method of a class whose module needs transformers):
   a context length above the model's derived one raises unless the variable is true, and the
   drafter is built with the target's context length (``draft_worker_common.py``);
 * the text-config choice of ``get_hf_text_config`` (thinker_config > llm_config >
-  language_config > text_config).
+  language_config > text_config) and ``get_config``'s override loop (``apply_overrides``);
+* on the fallback path, the DFlash block size when neither num-draft-tokens nor
+  dflash-block-size is set (``_handle_dflash`` reads it from the drafter through ``get_config``).
+
+tests/unit/plugins/module_utils/test_sglang_preflight_table.py holds it against SGLang's own
+verdict, config by config (docs/sglang_preflight.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
+import copy
 import json
+import logging
 import os
 import sys
 import types
@@ -58,6 +70,10 @@ RESULT_MARKER = "GPUFLEET-SGLANG-START-RESULT "
 ALLOW_LONGER = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 # (rule, the options it is about, a substring of SGLang 0.5.23's message, the fix)
 DFLASH_RULES = (
+    ("dflash-device", "device", "speculative decoding is not supported by",
+     "run DFLASH on a CUDA host (device cuda)"),
+    ("dflash-dp-attention", "attn-dp-size, enable-dp-lm-head, attn-cp-size", "DFLASH with dp attention",
+     "with DP attention set enable-dp-lm-head, attn-cp-size 1 and SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION=0"),
     ("dflash-pp-size", "pp-size", "pp_size == 1",
      "set pp-size to 1 (DFLASH runs without pipeline parallelism) or choose another speculative-algorithm"),
     ("dflash-draft-path", "speculative-draft-model-path", "--speculative-draft-model-path",
@@ -70,11 +86,49 @@ DFLASH_RULES = (
     ("dflash-draft-window", "speculative-draft-window-size, speculative-num-draft-tokens", "--speculative-draft-window-size",
      "raise speculative-draft-window-size to at least the block (speculative-num-draft-tokens) or remove it"),
 )
+# The same for handle_speculative_decoding, which runs before _handle_dflash (and for every algorithm).
+# Before DFLASH_RULES when matching: the sink message also names --speculative-draft-window-size.
+SPEC_RULES = (
+    ("spec-draft-sink", "speculative-draft-sink-size, speculative-draft-window-size",
+     "--speculative-draft-sink-size requires --speculative-draft-window-size",
+     "set speculative-draft-window-size too (at least the block size), or remove speculative-draft-sink-size"),
+    ("spec-draft-sink", "speculative-draft-sink-size", "--speculative-draft-sink-size must be non-negative",
+     "set speculative-draft-sink-size to 0 or more"),
+    ("spec-draft-window", "speculative-draft-window-size", "--speculative-draft-window-size must be positive",
+     "set speculative-draft-window-size to a positive number, or remove it"),
+    ("spec-dp-prefill-coordination", "environment SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION",
+     "DP spec/prefill coordination requires",
+     "remove SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION from sglang_environment (or set it to 0): it needs "
+     "single-layer EAGLE, EAGLE3 or DSPARK"),
+    ("spec-block-verification", "speculative-use-block-verification", "--speculative-use-block-verification",
+     "remove speculative-use-block-verification or use an algorithm and device SGLang names"),
+)
+# Raised by the drafter's config readers (speculative/dflash_utils.py) when SGLang's hooks read it.
+DRAFT_RULES = (
+    ("dflash-draft-config", "speculative-draft-model-path", "DFLASH config.",
+     "use a DFlash drafter whose config.json SGLang reads (see its message)"),
+)
+# SGLang's start-time refusals for DFLASH outside handle_speculative_decoding, which the preflight
+# cannot evaluate without the GPU, the loaded model or the tokenizer: each is a named notice.
+NOT_EVALUATED = (
+    ("dflash-nvfp4-kv-sm100", "kv_cache_hook: SM100 native NVFP4 KV refuses DFLASH; needs the GPU's compute capability"),
+    ("dflash-unified-memory", "kv_cache_hook.handle_unified_memory_pool: DFLASH's verify backends under "
+                              "enable-unified-memory; needs the resolved attention backends"),
+    ("dflash-cp-tp-group-sharing", "cp_tp_group_sharing_hook: needs the target's architecture from its loaded config"),
+    ("dflash-lora", "lora_hook: LoRA with speculative decoding; needs the resolved LoRA and verify settings"),
+    ("dflash-mask-token", "the DFlash draft worker's mask_token_id against the target's vocab and tokenizer; "
+                          "needs the loaded model and tokenizer"),
+    ("dflash-target-attention-backend", "the target's attention backend is resolved from the GPU at start; "
+                                        "the draft attention backend here is resolved without it"),
+)
 SOURCES = dict(
     dflash="srt/speculative/dflash_utils.py",
     context="srt/utils/hf_transformers/common.py",
 )
 TEXT_CONFIG_KEYS = ("thinker_config", "llm_config", "language_config", "text_config")
+# Keys transformers loads as sub-config objects: a dict override merges into them (get_config).
+SUB_CONFIG_KEYS = TEXT_CONFIG_KEYS + ("vision_config", "audio_config")
+ROPE_KEYS = ("rope_scaling", "rope_parameters")
 # The default _handle_dflash falls back to when the drafter's config gives no block size.
 DFLASH_DEFAULT_BLOCK = 16
 # What the mirrors above were read from: (file under sglang/, text that must still be there).
@@ -93,6 +147,15 @@ PINS = (
     ("srt/utils/hf_transformers/common.py", "# Priority: %s" % " > ".join(TEXT_CONFIG_KEYS)),
     ("srt/model_executor/model_runner_components/spec_aux_hidden_state.py",
      "draft_num_layers = dflash_draft_config.require_num_layers()"),
+    # The hook pipeline: handle_speculative_decoding is where DFLASH reaches _handle_dflash.
+    ("srt/arg_groups/pipeline.py", "run_hook(handle_speculative_decoding, server_args)"),
+    ("srt/arg_groups/speculative_hook.py", "            algo.handle_server_args(server_args)"),
+    # json-model-override-args: ModelConfig passes it to get_config for the target and the drafter,
+    # which sets each key on the config (a dict on a sub-config merges into it, rope_scaling merges).
+    ("srt/configs/model_config.py", "model_override_args=cfg.json_model_override_args,"),
+    ("srt/utils/hf_transformers/config.py", "if isinstance(value, dict) and isinstance(current, PretrainedConfig):"),
+    ("srt/utils/hf_transformers/config.py", 'key in ("rope_scaling", "rope_parameters")'),
+    ("srt/utils/hf_transformers/config.py", "setattr(config, key, {**current, **value})"),
 )
 
 
@@ -148,7 +211,11 @@ def run(params: dict[str, Any], *, run_command: Callable[..., tuple], warn: Call
         notice = "SGLang %s's start-time rules were not checked (%s)" % (result.get("version"), start["error"])
         result["notices"].append(notice)
         warn(notice)
-    result["start"] = dict((k, start.get(k)) for k in ("checked", "skipped", "resolved", "error"))
+    # What was stood in, what SGLang warned, which rules could not be evaluated here: named, never silent.
+    for notice in start.get("notices") or []:
+        result["notices"].append(notice)
+        warn(notice)
+    result["start"] = dict((k, start.get(k)) for k in ("path", "checked", "skipped", "resolved", "notices", "error"))
     result["environment"] = sorted(variables)
     if start["problems"]:
         result.update(ok=False, problems=result["problems"] + start["problems"])
@@ -234,6 +301,30 @@ def _read_json(path: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Mirror of get_config's json-model-override-args loop on a config.json read as a dict.
+
+    Each key is set on the TOP-LEVEL config (a drafter's max_position_embeddings, but not a
+    multimodal target's text_config one unless given as {"text_config": {...}}); a dict on a
+    sub-config or on rope_scaling/rope_parameters merges into it. Pinned (PINS).
+    """
+    data = copy.deepcopy(data)
+    for key, value in overrides.items():
+        current = data.get(key)
+        if isinstance(value, dict) and isinstance(current, dict) and (key in SUB_CONFIG_KEYS or key in ROPE_KEYS):
+            current.update(value)
+        else:
+            data[key] = value
+    return data
+
+
+def _as_hf(data: dict[str, Any]) -> Any:
+    """A config.json dict as the object the get_config stand-in returns (sub-configs as objects)."""
+    values = dict((k, _as_hf(v) if k in SUB_CONFIG_KEYS and isinstance(v, dict) else v) for k, v in data.items())
+    values.setdefault("architectures", None)
+    return types.SimpleNamespace(**values)
+
+
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:
     """Mirror of get_hf_text_config's choice for a config.json read as a dict."""
     for key in TEXT_CONFIG_KEYS:
@@ -258,7 +349,12 @@ class _Start(object):
         self.checked = result["checked"]
         self.skipped = result["skipped"]
         self.resolved = result["resolved"]
+        self.notices = result["notices"]
         self.source = {}
+        self.overrides: dict[str, Any] = {}
+
+    def notice(self, name: str, text: str) -> None:
+        self.notices.append("%s: %s" % (name, text))
 
     def helper(self, which: str, name: str) -> Any:
         if which not in self.source:
@@ -279,6 +375,7 @@ class _Start(object):
         if data is None:
             self.skipped.append("dflash-draft-config: %s has no readable config.json on this host" % draft)
             return None
+        data = apply_overrides(data, self.overrides)
         self.checked.append("dflash-draft-config")
         try:
             parsed = self.helper("dflash", "parse_dflash_draft_config")(draft_hf_config=data)
@@ -298,23 +395,99 @@ class _Start(object):
         cfg = resolving_view(server_args)
         server_args._input_frozen = True
         try:
-            if cfg.device is None:
-                declare_resolution(server_args, "gpufleet.preflight", device="cuda")
+            self.device(server_args, cfg)
             if cfg.speculative_num_draft_tokens is None and cfg.speculative_dflash_block_size is None:
                 declare_resolution(server_args, "gpufleet.preflight",
                                    speculative_num_draft_tokens=int(block or DFLASH_DEFAULT_BLOCK))
             _handle_dflash(server_args)
         except ValueError as exc:
-            rule = next((r for r in DFLASH_RULES if r[2] in str(exc)), None)
-            if rule is None:
-                rule = ("dflash", "speculative-algorithm", "", "change the options SGLang names")
-            self.refuse(rule[0], rule[1], str(exc).rstrip("."), rule[3])
+            self.refused(exc)
             return
         finally:
             server_args._input_frozen = False
         self.checked.extend(dict.fromkeys(rule[0] for rule in DFLASH_RULES))
+        self.resolve(cfg)
+
+    def refused(self, exc: ValueError) -> None:
+        """SGLang's refusal, named by the rule its message belongs to."""
+        rule = next((r for r in SPEC_RULES + DFLASH_RULES + DRAFT_RULES if r[2] in str(exc)), None)
+        if rule is None:
+            rule = ("speculative", "speculative-algorithm", "", "change the options SGLang names")
+        self.refuse(rule[0], rule[1], str(exc).rstrip("."), rule[3])
+
+    def resolve(self, cfg: Any) -> None:
         for dest in ("speculative_num_draft_tokens", "max_running_requests", "speculative_draft_attention_backend"):
             self.resolved[dest.replace("_", "-")] = getattr(cfg, dest)
+
+    def device(self, server_args: Any, cfg: Any) -> None:
+        """The one thing stood in on every host: the device SGLang resolves from the GPU later in its pipeline."""
+        from sglang.srt.arg_groups.overrides import declare_resolution
+
+        if cfg.device is None:
+            declare_resolution(server_args, "gpufleet.preflight", device="cuda")
+            self.notice("device-stand-in", "device is unset and resolved from the GPU at start; evaluated as cuda "
+                        "(DFLASH refuses any other device)")
+
+    def standins(self) -> None:
+        """Stand-ins for what this python cannot import (a CPU-only SGLang has no transformers and no GPU
+        kernels): each is a named notice. Where the real modules import (a GPU host), they are used."""
+        try:
+            import sglang.srt.utils.hf_transformers_utils  # noqa: F401 pylint: disable=unused-import
+        except Exception as exc:  # pylint: disable=broad-except
+            module = types.ModuleType("sglang.srt.utils.hf_transformers_utils")
+            module.get_config = _standin_get_config
+            sys.modules[module.__name__] = module
+            self.notice("get-config-stand-in", "transformers' get_config cannot be imported here (%s: %s): config.json "
+                        "files are read as JSON with json-model-override-args applied as get_config applies them "
+                        "(what transformers would add, such as a model type's defaults, is not known)"
+                        % (type(exc).__name__, exc))
+        try:
+            import sglang.srt.speculative.dflash_utils  # noqa: F401 pylint: disable=unused-import
+        except Exception as exc:  # pylint: disable=broad-except
+            module = types.ModuleType("sglang.srt.speculative.dflash_utils")
+            compiled = _from_source(self.sglang_dir, SOURCES["dflash"], (
+                "parse_dflash_draft_config", "get_dflash_layer_types", "get_dflash_attention_sliding_window_size"))
+            module.__dict__.update((k, v) for k, v in compiled.items() if not k.startswith("__"))
+            sys.modules["sglang.srt.speculative.dflash_utils"] = module
+            self.notice("dflash-utils-from-source", "sglang.srt.speculative.dflash_utils imports GPU kernels (%s: %s): "
+                        "its config readers are compiled from SGLang's own file without them"
+                        % (type(exc).__name__, exc))
+
+    def speculative(self, server_args: Any) -> bool:
+        """SGLang's own handle_speculative_decoding, as run_resolution_pipeline runs it (run_hook).
+
+        It reaches _handle_dflash (and every other algorithm's handler) through the algorithm's
+        handle_server_args. False when it cannot run here (the caller falls back to _handle_dflash alone).
+        """
+        try:
+            from sglang.srt.arg_groups.overrides import resolving_view
+            from sglang.srt.arg_groups.resolution_hooks import run_hook
+            from sglang.srt.arg_groups.speculative_hook import handle_speculative_decoding
+        except Exception as exc:  # pylint: disable=broad-except
+            self.notice("start-path-fallback", "SGLang's handle_speculative_decoding cannot be imported (%s: %s); "
+                        "only _handle_dflash was evaluated" % (type(exc).__name__, exc))
+            return False
+        cfg = resolving_view(server_args)
+        server_args._input_frozen = True
+        try:
+            self.device(server_args, cfg)
+            with _sglang_warnings(self.notices):
+                run_hook(handle_speculative_decoding, server_args)
+        except ValueError as exc:
+            self.refused(exc)
+            return True
+        except Exception as exc:  # pylint: disable=broad-except
+            self.notice("start-path-fallback", "SGLang's handle_speculative_decoding could not run here (%s: %s); "
+                        "only _handle_dflash was evaluated" % (type(exc).__name__, exc))
+            return False
+        finally:
+            server_args._input_frozen = False
+        self.checked.append("speculative-decoding")
+        self.checked.extend(dict.fromkeys(rule[0] for rule in SPEC_RULES))
+        if str(cfg.speculative_algorithm or "").upper() == "DFLASH":
+            self.checked.extend(dict.fromkeys(rule[0] for rule in DFLASH_RULES))
+            self.resolve(cfg)
+        return True
 
     def derived(self, path: str, what: str) -> int | None:
         """SGLang's get_context_length of the model at ``path``; None (with the reason) when unknown."""
@@ -322,7 +495,7 @@ class _Start(object):
         if data is None:
             self.skipped.append("%s: %s has no readable config.json on this host" % (what, path))
             return None
-        text = _text_config(data)
+        text = _text_config(apply_overrides(data, self.overrides))
         # transformers' config object when it builds: it adds what the raw JSON lacks (a yarn rope's
         # original_max_position_embeddings, the model type's default length), as SGLang's own config has.
         config, why = self.model_config(text)
@@ -381,6 +554,30 @@ class _Start(object):
         return bool(allowed)
 
 
+def _standin_get_config(model: str, trust_remote_code: bool = False, revision: Any = None,
+                        model_override_args: Any = None, **kwargs: Any) -> Any:
+    """get_config where transformers is missing: the config.json with the overrides applied."""
+    data = _read_json(model) if model else None
+    if data is None:
+        raise OSError("%s has no readable config.json on this host" % model)
+    return _as_hf(apply_overrides(data, model_override_args or {}))
+
+
+@contextlib.contextmanager
+def _sglang_warnings(notices: list[str]) -> Any:
+    """SGLang's own warnings while its code runs (a fallback it makes, a value it overrides), as notices."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logger = logging.getLogger("sglang")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        notices.extend("sglang-warning: %s" % r.getMessage() for r in records)
+
+
 def _in_ci() -> bool:
     try:
         from sglang.utils import is_in_ci
@@ -402,7 +599,7 @@ def _server_args(config: str) -> Any:
 
 def check(config: str) -> dict[str, Any]:
     """SGLang's start-time rules on ``config`` with this process's environment; never raises."""
-    result = {"problems": [], "checked": [], "skipped": [], "resolved": {}, "error": None}
+    result = {"problems": [], "checked": [], "skipped": [], "resolved": {}, "notices": [], "error": None, "path": None}
     try:
         import sglang
         from sglang.srt.arg_groups.overrides import resolving_view
@@ -415,12 +612,30 @@ def check(config: str) -> dict[str, Any]:
     cfg = resolving_view(server_args)
     is_dflash = str(cfg.speculative_algorithm or "").upper() == "DFLASH"
     try:
+        try:
+            overrides = json.loads(cfg.json_model_override_args or "{}")
+        except ValueError as exc:
+            start.refuse("json-model-override-args", "json-model-override-args", "not JSON: %s" % exc,
+                         "give json-model-override-args as a JSON object")
+            return result
+        start.overrides = overrides if isinstance(overrides, dict) else {}
         block = start.draft_block(cfg) if is_dflash and cfg.speculative_draft_model_path else None
+        start.standins()
+        result["path"] = "handle_speculative_decoding"
+        if not start.speculative(server_args):
+            result["path"] = "_handle_dflash" if is_dflash else None
+            # The failed run may have left declarations on the record: SGLang's own rule is a new one.
+            server_args = _server_args(config)
+            cfg = resolving_view(server_args)
+            if is_dflash:
+                start.dflash(server_args, block)
         if is_dflash:
-            start.dflash(server_args, block)
+            for name, text in NOT_EVALUATED:
+                start.notice("not-evaluated", "%s (%s)" % (name, text))
         start.context(cfg, draft=is_dflash and bool(cfg.speculative_draft_model_path))
     except Exception as exc:  # pylint: disable=broad-except
         result["error"] = "%s: %s" % (type(exc).__name__, exc)
+    result["notices"] = list(dict.fromkeys(result["notices"]))
     return result
 
 

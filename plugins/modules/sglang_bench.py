@@ -60,6 +60,15 @@ options:
   api_key:
     description: The server's C(api-key), sent as C(Authorization Bearer); never logged or returned.
     type: str
+  admin_api_key:
+    description:
+      - The server's C(admin-api-key), sent as C(Authorization Bearer) with C(POST /flush_cache) only (in its place
+        O(api_key) is sent); never logged or returned.
+      - SGLang 0.5.23 admits its admin endpoints, C(/flush_cache) among them, only with the admin key once one is set
+        (the API key no longer opens them), so without it such a server refuses the flush (401) and the benchmark fails.
+      - With O(engine=bench_serving) it needs C(sglang.benchmark.serving) (the tool's flush gets this key, its requests
+        O(api_key)); the deprecated C(sglang.bench_serving) sends one key everywhere and is refused.
+    type: str
   prompts:
     description:
       - Path on the host of a JSONL prompt file, one JSON object per line with C(prompt) (string), C(category)
@@ -189,11 +198,14 @@ server:
   description:
     - What C(/server_info) said before the run; C(standin=true) for the lab's stand-in, whose figures say nothing
       about GPUs.
+    - Its admission, C(max_running_requests) (the option as SGLang resolved it, 48 when unset with speculative
+      decoding in 0.5.23, null when unset without) and C(effective_max_running_requests_per_dp) (what its scheduler
+      admits at once per DP rank, from C(internal_states[0])).
   returned: unless check mode
   type: dict
   sample: {"version": "0.5.23", "standin": false, "speculative_algorithm": "DFLASH",
            "model_path": "/srv/models/Kimi-K2.6/3f2a", "tokenizer_path": "/srv/models/Kimi-K2.6/3f2a",
-           "avg_spec_accept_length": 3.4}
+           "avg_spec_accept_length": 3.4, "max_running_requests": 48, "effective_max_running_requests_per_dp": 48}
 workload:
   description:
     - The workload as run (prompt file, prompt count per category, requests per level, levels, temperature,

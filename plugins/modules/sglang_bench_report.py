@@ -18,7 +18,8 @@ description:
     docs/benchmark.md), C(benchmark-<host>-<timestamp>.md) (a markdown table, one row per run and concurrency
     level, with the speedup per level and its 95% confidence interval over the repeats when a baseline ran) and
     two PNG plots of 800x500 pixels: output throughput vs concurrency (spec vs baseline) and a histogram of the
-    per-request accept lengths."
+    per-request accept lengths. Each arm's admission (C(max_running_requests) from its C(/server_info)) is recorded,
+    and a note says when the arms differ."
   - The plots are made with matplotlib (Agg backend, no display needed).
   - A report of the lab's SGLang stand-in says in every file that its figures say nothing about GPU performance.
 author:

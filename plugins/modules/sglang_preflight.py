@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: sglang_preflight
-short_description: Validate an SGLang server config YAML with the host's own SGLang argument parser
+short_description: Validate an SGLang server config YAML with the host's own SGLang parser and start-time rules
 version_added: 0.1.0
 description:
   - "Runs a small checker with O(python), the interpreter SGLang is installed in (Ansible's own interpreter need
@@ -24,17 +24,22 @@ description:
     C(DFLASHX) parses)."
   - "A key accepted only as an abbreviation of a longer option (argparse prefix matching, for example C(tp) for
     C(tp-size)) is a warning."
-  - "When the parser accepts the config, a second run checks what SGLang 0.5.23 refuses only at START, with SGLang's
-    own code where it runs without a GPU, in the environment of O(environment): C(_handle_dflash) of
-    C(sglang/srt/arg_groups/speculative_hook.py) (rules V(dflash-pp-size), V(dflash-draft-path),
+  - "When the parser accepts the config, a second run judges part of what SGLang 0.5.23 refuses only at START,
+    with SGLang's own code, in the environment of O(environment). It runs SGLang's whole speculative-decoding step,
+    C(handle_speculative_decoding) of C(sglang/srt/arg_groups/speculative_hook.py), through which DFLASH reaches
+    C(_handle_dflash) (rules V(spec-draft-sink), V(spec-draft-window), V(spec-dp-prefill-coordination),
+    V(spec-block-verification), V(dflash-device), V(dflash-dp-attention), V(dflash-pp-size), V(dflash-draft-path),
     V(dflash-block-size), V(dflash-draft-window)); C(parse_dflash_draft_config) on the drafter's C(config.json)
-    (V(dflash-draft-config)); and the context length (V(context-length): C(context-length) above the target's,
-    V(draft-context-length): the target's context length above the drafter's C(max_position_embeddings) or its
-    model type's default), refused unless C(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN) is true in O(environment)."
-  - "Each refusal names the rule, the option(s) and the fix. What cannot run on a CPU is mirrored and pinned to the
-    0.5.23 source by the collection's tests (the device a GPU host resolves, the drafter's block size when no
-    C(speculative-num-draft-tokens) is set, and the context-length comparison of C(ModelConfig)). A rule that needs
-    a model directory or C(transformers) this host lacks is listed in RV(start.skipped), never passed in silence."
+    (V(dflash-draft-config)); and the context length with C(json-model-override-args) applied to the target's and
+    the drafter's config as SGLang applies it (V(context-length), V(draft-context-length)), refused unless
+    C(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN) is true in O(environment)."
+  - "It does not run the rest of SGLang's start (the other steps of its hook pipeline, the model and tokenizer
+    load). Each refusal names the rule, the option(s) and the fix. What is stood in (the device, evaluated as cuda;
+    transformers' C(get_config) and the GPU kernels of C(dflash_utils) where they cannot be imported) and the DFLASH
+    rules it cannot evaluate on this host (NVFP4 KV on SM100, unified memory, CP/TP group sharing, LoRA, the draft
+    worker's mask token id against the vocabulary and tokenizer, the target's attention backend) are named
+    notices; warnings SGLang logs (such as a draft attention backend it falls back from) are notices too.
+    A rule that needs a model directory or C(transformers) this host lacks is listed in RV(start.skipped)."
   - Nothing is started and no GPU is needed. Option names are never assumed; they come from the installed SGLang.
   - Never reports a change.
 author:
@@ -164,12 +169,26 @@ start:
   returned: when the parser accepts the config
   type: dict
   contains:
+    path:
+      description:
+        - V(handle_speculative_decoding) when SGLang's speculative-decoding step ran; V(_handle_dflash) when it could
+          not run on this host and only the DFLASH rules were evaluated, null when it could not run for another algorithm
+          (a notice says why in both cases).
+      type: str
+      sample: handle_speculative_decoding
+    notices:
+      description: What was stood in, what SGLang warned and which rules were not evaluated, each starting with its
+        name (also in RV(notices)).
+      type: list
+      elements: str
+      sample: ["device-stand-in: device is unset and resolved from the GPU at start; evaluated as cuda ...",
+               "not-evaluated: dflash-lora (lora_hook: ...)"]
     checked:
       description: The rules SGLang's code was run for and passed (or refused, then named in RV(problems)).
       type: list
       elements: str
-      sample: ["dflash-draft-config", "dflash-pp-size", "dflash-draft-path", "dflash-block-size",
-               "dflash-draft-window", "context-length", "draft-context-length"]
+      sample: ["dflash-draft-config", "speculative-decoding", "spec-draft-sink", "dflash-pp-size",
+               "dflash-draft-path", "dflash-block-size", "dflash-draft-window", "context-length", "draft-context-length"]
     skipped:
       description: Rules that could not be checked on this host, each with the reason.
       type: list

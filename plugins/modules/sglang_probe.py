@@ -22,9 +22,12 @@ description:
     not listen before its weights are loaded, so without O(unit) a crash-looping server looks like a loading one until
     O(timeout)."
   - "With O(min_accept_length) above 0 the server must be speculative, and the accept length of a sample
-    (O(accept_requests) different prompts of O(accept_max_new_tokens) new tokens each, sent at once, temperature 0),
-    pooled as the sum of their C(meta_info.completion_tokens) over the sum of their C(meta_info.spec_verify_ct),
-    must reach the minimum. A sample with fewer than 2 requests reporting verify steps or fewer than
+    (O(accept_requests) different prompts of O(accept_max_new_tokens) new tokens each, 16 at a time), pooled as the
+    sum of their completion tokens over the sum of their verify steps (C(spec_verify_ct)), must reach the minimum.
+    The sample is sent as M(gpufleet.llm.sglang_bench) sends its requests, through its client - a chat model
+    (a chat template in its model directory) gets C(/v1/chat/completions), so the server applies the template; any
+    other model C(/generate) - streamed, at O(accept_temperature) (the benchmark's 1.0), with C(ignore_eos).
+    RV(accept_sample.request) states the shape. A sample with fewer than 2 requests reporting verify steps or fewer than
     O(accept_min_tokens) tokens is reported with a warning and not judged. The server's
     C(internal_states[0].avg_spec_accept_length) is reported only."
   - "Every failure names what failed, the URL path, the numbers and a fix (for example the service's journal)."
@@ -56,6 +59,11 @@ options:
     description:
       - The server's C(api-key). Sent as C(Authorization Bearer) to every endpoint when set.
       - Without it, a server that has an API key fails the probe with an authentication error.
+    type: str
+  admin_api_key:
+    description:
+      - The server's C(admin-api-key). Never sent (the probe uses no admin endpoint); masked in the journal lines a
+        failed probe quotes with O(unit), where SGLang logs its server arguments at start.
     type: str
   timeout:
     description:
@@ -94,12 +102,14 @@ options:
       - Minimum speculative decoding accept length (tokens per verify step), judged on the pooled sample
         (O(accept_requests), O(accept_max_new_tokens)). V(0) does not check and sends no sample.
       - Above 0, a server without speculative decoding fails the probe.
+      - The default V(0) is not a measured figure; the documentation says which figures exist and how to set it
+        from the speculative arm of a benchmark.
     type: float
     default: 0
   accept_requests:
     description:
       - Requests in the accept-length sample, each with another prompt (eight built-in prompts of different kinds,
-        cycled), sent at once. Only with O(min_accept_length) above 0.
+        cycled), 16 at a time. Only with O(min_accept_length) above 0.
       - "Why 8 x 256: the tokens one verify step accepts have a standard deviation of 2 to 3 and vary by prompt;
         2048 tokens are about 800 verify steps at an accept length of 2.5, a standard error near 0.1.
         See the documentation."
@@ -109,6 +119,22 @@ options:
     description: C(max_new_tokens) of each sample request.
     type: int
     default: 256
+  accept_api:
+    description:
+      - How the sample is sent, decided as M(gpufleet.llm.sglang_bench) decides its O(gpufleet.llm.sglang_bench#module:api)
+        (the role passes C(sglang_bench_api)).
+      - V(auto) sends chat (C(/v1/chat/completions), the chat template applied) when the server's model directory
+        (C(tokenizer_path) or C(model_path) from C(/server_info), read on this host) has C(chat_template.jinja) or a
+        C(chat_template) in C(tokenizer_config.json), else C(/generate) with the raw text.
+    type: str
+    choices: [auto, generate, chat]
+    default: auto
+  accept_temperature:
+    description:
+      - Sampling temperature of the sample's requests; the benchmark's (the role passes C(sglang_bench_temperature)).
+      - V(1.0) is what the Kimi K2.6 model card evaluates at; greedy decoding (V(0)) inflates the accept length.
+    type: float
+    default: 1.0
   accept_min_tokens:
     description:
       - The sample is judged only when its requests generated at least this many tokens together (and at least
@@ -256,9 +282,18 @@ accept_sample:
     judged:
       description: Whether the sample was big enough to be judged against O(min_accept_length).
       type: bool
+    request:
+      description:
+        - What every request of the sample sent, read from the body the benchmark's client built - C(api)
+          (V(chat) or V(generate)), C(path), C(chat_template) (whether the server applied the model's chat template),
+          C(temperature), C(ignore_eos), C(stream), C(max_new_tokens) - and C(reason), why this API.
+      type: dict
   sample: {"requests": 8, "reporting": 8, "max_new_tokens": 256, "completion_tokens": 2048, "spec_verify_ct": 602,
            "accept_length": 3.402, "ci95": [3.18, 3.62], "per_request": [3.41, 2.98, 3.66, 3.2, 3.5, 3.3, 3.9, 3.3],
-           "min_tokens": 1024, "judged": true}
+           "min_tokens": 1024, "judged": true,
+           "request": {"api": "chat", "path": "/v1/chat/completions", "chat_template": true, "temperature": 1.0,
+                       "ignore_eos": true, "stream": true, "max_new_tokens": 256,
+                       "reason": "chat model: /srv/models/Kimi-K2.6/3f2a/chat_template.jinja exists"}}
 unit:
   description: O(unit), when given.
   returned: always

@@ -58,6 +58,13 @@ Delay and accept model (open on purpose, so tests can predict what they measure)
   step of a request counts 1/running of a decode iteration (State). The knobs in effect are logged
   at start (`delay model: {...}`).
 
+Admission, as SGLang 0.5.23 resolves it: `max-running-requests` unset becomes 48 with any
+speculative algorithm (speculative_hook.py, logged with SGLang's warning) and stays unset (null in
+/server_info) without; the scheduler admits that many at once (unset: AUTO_MAX_RUNNING_REQUESTS,
+2048, the floor of SGLang's memory-derived value, as internal_states[0]
+`effective_max_running_requests_per_dp`), the others wait in its queue; /flush_cache refuses while
+any request runs or waits.
+
 Other knobs: `GPUFLEET_STANDIN_LOAD_SECONDS` (default 2): extra seconds of "loading" after the
 model was read (/health 503 meanwhile). `GPUFLEET_STANDIN_NEVER_READY=1`: /health stays 503 forever
 (rollback tests). SIGTERM/SIGINT: stop serving, log `standin: stopped`, exit 0.
@@ -98,6 +105,7 @@ OPTIONS = {
     "host": (str, "127.0.0.1"),
     "port": (int, 30000),
     "api-key": (str, None),
+    "admin-api-key": (str, None),
     "served-model-name": (str, None),
     "tp-size": (int, 1),
     "mem-fraction-static": (float, None),
@@ -109,6 +117,7 @@ OPTIONS = {
     "node-rank": (int, 0),
     "dist-init-addr": (str, None),
     "decode-log-interval": (int, 40),
+    "max-running-requests": (int, None),
 }
 # Real SGLang options the stand-in accepts and ignores (anything else is unknown -> exit 2).
 IGNORED_OPTIONS = {
@@ -117,7 +126,6 @@ IGNORED_OPTIONS = {
     "log-level": (str, "info"),
     "dtype": (str, "auto"),
     "chunked-prefill-size": (int, None),
-    "max-running-requests": (int, None),
     "enable-metrics": (bool, False),
     "watchdog-timeout": (float, None),
 }
@@ -125,6 +133,17 @@ ALL_OPTIONS = {**OPTIONS, **IGNORED_OPTIONS}
 SPEC_ALGORITHMS = ("DFLASH", "EAGLE", "EAGLE3", "NEXTN")
 
 DEFAULT_BLOCK = 8
+# SGLang 0.5.23 resolves an unset max-running-requests to 48 for every speculative algorithm the
+# stand-in accepts (sglang/srt/arg_groups/speculative_hook.py: _handle_dflash for DFLASH,
+# _handle_eagle_family for EAGLE/EAGLE3 and NEXTN, its EAGLE alias), with this warning.
+SPEC_MAX_RUNNING_REQUESTS = 48
+SPEC_MAX_RUNNING_WARNING = ("Max running requests is reset to 48 for speculative decoding. You can override this "
+                            "by explicitly setting --max-running-requests.")
+# Without speculative decoding SGLang leaves the option unset (/server_info says null) and its memory
+# pool sizes the admission: KVCacheConfigurator.resolve_max_num_reqs, min(clamp(token capacity /
+# context length * 512, 2048, 4096), token capacity // 2), reported as internal_states[0]
+# effective_max_running_requests_per_dp. The stand-in has no KV pool: it takes the floor, 2048.
+AUTO_MAX_RUNNING_REQUESTS = 2048
 MAX_BODY = 16 << 20
 SHM_BYTES = 1 << 20
 REQUEST_TIMEOUT = 120.0  # a client that stops sending is dropped, never waited on forever
@@ -358,6 +377,9 @@ def load_config(argv: list[str]) -> dict:
     ndt = config["speculative-num-draft-tokens"]
     if ndt is not None and ndt < 1:
         raise ConfigError(f"argument --speculative-num-draft-tokens: {ndt} must be >= 1")
+    if algo is not None and config["max-running-requests"] is None:
+        config["max-running-requests"] = SPEC_MAX_RUNNING_REQUESTS
+        log("WARNING " + SPEC_MAX_RUNNING_WARNING)
     if config["decode-log-interval"] < 1:
         raise ConfigError(f"argument --decode-log-interval: {config['decode-log-interval']} must be >= 1")
     if config["served-model-name"] is None:
@@ -571,7 +593,12 @@ class State:
         self.idle = threading.Condition(self.lock)
         self.requests = 0
         self.running = 0
+        self.waiting = 0
         self.flushing = False
+        # What the scheduler admits at once (SGLang: requested_per_worker = max(1, value // dp), one DP
+        # rank here); more requests wait in its queue, and so they do here.
+        resolved = config["max-running-requests"]
+        self.max_running = max(1, resolved) if resolved is not None else AUTO_MAX_RUNNING_REQUESTS
         self.interval = config["decode-log-interval"]
         self.last_gen_throughput = 0.0
         self.last_log_tic = time.monotonic()
@@ -587,8 +614,14 @@ class State:
         self.spec_total_tokens = self.spec_total_forwards = 0
 
     def begin(self) -> int:
-        """A request starts decoding: its number (the seed of its draws)."""
-        with self.lock:
+        """A request starts decoding once the scheduler admits it (fewer than max_running running):
+        its number (the seed of its draws), in admission order."""
+        with self.idle:
+            self.waiting += 1
+            try:
+                self.idle.wait_for(lambda: self.running < self.max_running)
+            finally:
+                self.waiting -= 1
             number = self.requests
             self.requests += 1
             self.running += 1
@@ -597,8 +630,7 @@ class State:
     def end(self) -> None:
         with self.lock:
             self.running -= 1
-            if not self.running:
-                self.idle.notify_all()
+            self.idle.notify_all()  # an admission slot, or idle for a flush
 
     def step(self, tokens: int) -> None:
         """One verify step of one request that emitted `tokens`."""
@@ -632,16 +664,17 @@ class State:
         with self.idle:
             if self.flushing:
                 return False, "Another flush_cache is already in progress."
-            if self.running and timeout > 0:
+            if (self.running or self.waiting) and timeout > 0:
                 self.flushing = True
                 try:
-                    self.idle.wait_for(lambda: not self.running, timeout)
+                    self.idle.wait_for(lambda: not (self.running or self.waiting), timeout)
                 finally:
                     self.flushing = False
-                if self.running:
+                if self.running or self.waiting:
                     return False, "Timed out waiting for idle state."
-            if self.running:
-                log(f"Cache not flushed because there are pending requests. #running-req: {self.running}")
+            if self.running or self.waiting:
+                log(f"Cache not flushed because there are pending requests. #queue-req: {self.waiting}, "
+                    f"#running-req: {self.running}")
                 return False, ""
             self._reset_metrics()
             log("Cache flushed successfully!")
@@ -650,10 +683,12 @@ class State:
     def server_info(self) -> dict:
         info = {key.replace("-", "_"): value for key, value in self.config.items()}
         info["api_key"] = None
+        info["admin_api_key"] = None
         info["version"] = VERSION
         info["standin"] = True  # the lab's one marker (docs/lab.md): reports label stand-in figures
         with self.lock:
-            internal = {"last_gen_throughput": self.last_gen_throughput}
+            internal = {"effective_max_running_requests_per_dp": self.max_running,
+                        "last_gen_throughput": self.last_gen_throughput}
             if self.model.speculative and self.spec_total_forwards > 0:
                 internal["avg_spec_accept_length"] = self.spec_total_tokens / self.spec_total_forwards
         info["internal_states"] = [internal]
@@ -883,8 +918,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
 
     def _authorized(self, path: str) -> bool:
+        # SGLang 0.5.23's decide_request_auth (sglang/srt/utils/auth.py): /health*, /ready*, /metrics* are
+        # open; an ADMIN_OPTIONAL route (here /flush_cache) takes only the admin-api-key when one is set,
+        # else the api-key, else nothing; every other route the api-key when one is set.
+        if path.startswith(("/health", "/ready", "/metrics")):
+            return True
         key = self.state.config["api-key"]
-        if not key or path.startswith(("/health", "/ready", "/metrics")):
+        if path in ADMIN_OPTIONAL_PATHS and self.state.config["admin-api-key"]:
+            key = self.state.config["admin-api-key"]
+        if not key:
             return True
         got = self.headers.get("Authorization", "")
         scheme, _sep, token = got.partition(" ")
@@ -1064,6 +1106,9 @@ def _ready(handler: Handler) -> None:
     handler._empty(200 if handler.state.ready.is_set() else 503)
 
 
+# The routes here that SGLang 0.5.23 marks @auth_level(AuthLevel.ADMIN_OPTIONAL) (entrypoints/http_server.py).
+ADMIN_OPTIONAL_PATHS = ("/flush_cache",)
+
 ROUTES = {
     ("GET", "/health"): Handler.health,
     ("GET", "/health_generate"): Handler.health_generate,
@@ -1104,7 +1149,7 @@ def main(argv: list[str] | None = None) -> int:
         ready_file, argv = _take_ready_file(argv)
         config = load_config(argv)
         drafter = config["speculative-draft-model-path"]
-        shown = {k: ("***" if k == "api-key" and v else v) for k, v in config.items()}
+        shown = {k: ("***" if k in ("api-key", "admin-api-key") and v else v) for k, v in config.items()}
         log("config: " + json.dumps(shown, sort_keys=True))
         # The drafter's block size is needed to check the accept knobs before anything starts.
         drafter_block = None

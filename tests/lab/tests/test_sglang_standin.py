@@ -390,6 +390,51 @@ def test_flush_cache_refused_while_a_request_runs(start, models):
     assert s.stop() == 0
 
 
+def test_max_running_requests_resolved_as_sglang_and_admission_enforced(start, models):
+    # SGLang 0.5.23 sglang/srt/arg_groups/speculative_hook.py, _handle_dflash: an unset max-running-requests
+    # is reset to 48 with DFLASH (the benchmark's baseline must be pinned to it, issue 24 item 4)
+    s = start(spec_config(models))
+    s.wait_ready()
+    info = s.get("/server_info")[1]
+    assert info["max_running_requests"] == standin.SPEC_MAX_RUNNING_REQUESTS == 48
+    assert info["internal_states"][0]["effective_max_running_requests_per_dp"] == 48
+    assert standin.SPEC_MAX_RUNNING_WARNING in s.log
+    assert s.stop() == 0
+    # without speculative decoding SGLang leaves it unset; its memory pool sizes admission (2048 or more)
+    s = start({"model-path": str(models["target"])})
+    s.wait_ready()
+    info = s.get("/server_info")[1]
+    assert info["max_running_requests"] is None
+    assert info["internal_states"][0]["effective_max_running_requests_per_dp"] == standin.AUTO_MAX_RUNNING_REQUESTS
+    assert standin.SPEC_MAX_RUNNING_WARNING not in s.log
+    assert s.stop() == 0
+
+    # Admission 1: a second request waits in the scheduler's queue while the first runs.
+    s = start({"model-path": str(models["target"]), "max-running-requests": 1})
+    s.wait_ready()
+    assert s.get("/server_info")[1]["max_running_requests"] == 1
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=HTTP_TIMEOUT)
+    body = json.dumps({"text": "x", "stream": True, "sampling_params": {"max_new_tokens": 100000}})
+    conn.request("POST", "/generate", body=body, headers={"Content-Type": "application/json"})
+    first = conn.getresponse()
+    assert first.fp.readline().startswith(b"data: ")  # the first request is decoding now
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        second = pool.submit(s.generate, {"text": "y", "sampling_params": {"max_new_tokens": 4}})
+
+        def queued(_log):
+            # SGLang refuses a flush while requests run or wait, and logs both counts
+            return s.request("POST", "/flush_cache")[0] == 400 and "#queue-req: 1, #running-req: 1" in s.log
+
+        s.wait_log(queued)
+        assert not second.done()
+        first.close()
+        conn.close()  # the first leaves the running set: the second is admitted and finishes
+        status, answer = second.result()
+    assert status == 200 and answer["meta_info"]["completion_tokens"] == 4
+    assert s.request("POST", "/flush_cache?timeout=600")[:2] == (200, standin.FLUSH_OK)
+    assert s.stop() == 0
+
+
 def test_chat_completions(start, models):
     s = start(spec_config(models, **{"served-model-name": "kimi"}))
     s.wait_ready()

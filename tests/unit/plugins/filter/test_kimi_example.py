@@ -57,6 +57,21 @@ def test_example_environment():
         assert all(isinstance(value, str) for value in env.values()), group  # an EnvironmentFile holds strings
 
 
+def test_pair_keeps_nccl_and_gloo_on_the_fabric():
+    # issue 24 item 5: NCCL_SOCKET_IFNAME alone leaves torch's Gloo groups on the host name's interface
+    env = group_vars("kimi_h100_pair")["sglang_environment"]
+    assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "ib0"
+    with open(os.path.join(EXAMPLE, "inventory.ini")) as handle:
+        hosts = [line.split() for line in handle if line.startswith("h100-b")]
+    # rank 0's cluster address (dist-init-addr by default) is not its management address
+    fields = dict(item.split("=", 1) for item in hosts[0][1:])
+    assert fields["model_peer_address"] != fields["ansible_host"]
+    with open(os.path.join(EXAMPLE, "README.md")) as handle:
+        text = handle.read()
+    for words in ("GLOO_SOCKET_IFNAME", "sglang_dist_init_host", "50001-50006"):
+        assert words in text, words
+
+
 def test_groups_in_step():
     # group variables replace, they do not merge: the pair must repeat every option but its tp
     single, pair = merged("gpu_nodes"), merged("kimi_h100_pair")

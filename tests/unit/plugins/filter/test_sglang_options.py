@@ -12,8 +12,12 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.llm.plugins.filter import sglang_options as filter_module
 from ansible_collections.gpufleet.llm.plugins.filter.sglang_options import (
     ALIASES, ROLE_OWNED, FilterModule, sglang_options)
+
+# The --load-format choices that read the verified safetensors (docs/sglang_role.md); the rest of 0.5.23's are refused.
+REAL_LOADING = ["auto", "safetensors", "fastsafetensors", "instanttensor"]
 
 BASE = {"host": "127.0.0.1", "port": 30000, "tp-size": 8, "mem-fraction-static": 0.85, "trust-remote-code": True}
 ROLE = {"model-path": "/srv/models/t/abc", "speculative-algorithm": "DFLASH",
@@ -81,6 +85,11 @@ def test_two_spellings_in_base_args_refused():
     ("nccl-init-addr", "sglang_multinode_group"),
     ("api_key", "sglang_api_key"),
     ("config", "sglang_args"),
+    ("admin_api_key", "sglang_admin_api_key"),
+    ("admin-api-key", "/flush_cache sends it"),
+    ("json_model_override_args", "sglang_model_override_args"),
+    ("json-model-override-args", "max_position_embeddings, rope_parameters, rope_scaling, rope_theta"),
+    ("tokenizer_path", "sglang_tokenizer_path"),
 ])
 @pytest.mark.parametrize("where", ["sglang_args", "sglang_base_args"])
 def test_role_owned_option_refused(key, variable, where):
@@ -92,6 +101,108 @@ def test_role_owned_option_refused(key, variable, where):
     assert message.startswith(where + ": %r" % key)
     assert variable in message and "set by the sglang role" in message
     assert value not in message  # values (an api key) never in a message
+
+
+# --- issue 24 item 2: what would swap the weights after the gate verified them ----------------------------
+
+@pytest.mark.parametrize("option", ["load_format", "load-format", "speculative_draft_load_format"])
+@pytest.mark.parametrize("value", ["dummy", "pt", "npcache", "gguf", "remote", "remote_instance", "sharded_state",
+                                   "presharded", "layered", "bitsandbytes", "Safetensors", 1, ["auto"]])
+@pytest.mark.parametrize("where", ["sglang_args", "sglang_base_args"])
+def test_load_format_other_than_real_loading_refused(option, value, where):
+    base, args = (BASE, {option: value}) if where == "sglang_args" else (dict(BASE, **{option: value}), {})
+    with pytest.raises(AnsibleFilterError) as err:
+        sglang_options(base, args, ROLE)
+    message = str(err.value)
+    assert message.startswith("%s: %r must be one of auto, safetensors, fastsafetensors, instanttensor" % (where, option))
+    assert "dummy: random ones" in message
+
+
+@pytest.mark.parametrize("value", REAL_LOADING + [None])
+def test_load_format_that_reads_the_verified_safetensors_passes(value):
+    got = sglang_options(BASE, {"load_format": value, "speculative_draft_load_format": value}, ROLE)
+    assert got.get("load-format") == value and got.get("speculative-draft-load-format") == value
+
+
+@pytest.mark.parametrize("key", ["decrypted_config_file", "decrypted-config-file", "decrypted_draft_config_file"])
+def test_decrypted_config_refused(key):
+    with pytest.raises(AnsibleFilterError) as err:
+        sglang_options(BASE, {key: "/elsewhere/config.json"}, ROLE)
+    message = str(err.value)
+    assert message.startswith("sglang_args: %r is refused: it replaces the" % key) and "config.json" in message
+    assert "/elsewhere" not in message
+
+
+@pytest.mark.parametrize("key, option", [("load_form", "load-format"), ("tokenizer_pa", "tokenizer-path"),
+                                         ("json_model", "json-model-override-args"),
+                                         ("decrypted", "decrypted-config-file / decrypted-draft-config-file"),
+                                         ("admin_api", "admin-api-key")])
+def test_prefix_of_a_checked_option_refused(key, option):
+    # argparse would read --load-form dummy as --load-format dummy
+    with pytest.raises(AnsibleFilterError) as err:
+        sglang_options(BASE, {key: "dummy"}, ROLE)
+    assert "%r is only the start of %s" % (key, option) in str(err.value)
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ({"max_position_embeddings": 262144}, '{"max_position_embeddings": 262144}'),
+    ({"text_config": {"max_position_embeddings": 262144, "rope_theta": 50000.0}},
+     '{"text_config": {"max_position_embeddings": 262144, "rope_theta": 50000.0}}'),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}},
+     '{"rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 4096, "rope_type": "yarn"}}'),
+    ({"rope_parameters": {"rope_type": "longrope", "long_factor": [1.0, 2.0]}, "rope_scaling": None},
+     '{"rope_parameters": {"long_factor": [1.0, 2.0], "rope_type": "longrope"}, "rope_scaling": null}'),
+    ({}, None),
+    (None, None),
+])
+def test_model_override_args_written_as_json(overrides, expected):
+    got = sglang_options(BASE, {}, ROLE, model_override_args=overrides)
+    assert got.get("json-model-override-args") == expected
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"architectures": ["DeepseekV3ForCausalLM"]}, "'architectures' cannot be overridden"),
+    ({"num_hidden_layers": 1}, "'num_hidden_layers' cannot be overridden"),
+    ({"quantization_config": {}}, "'quantization_config' cannot be overridden"),
+    ({"text_config": {"vocab_size": 10}}, "sglang_model_override_args.text_config: 'vocab_size' cannot be overridden"),
+    ({"text_config": {}}, "text_config must be a non-empty dict"),
+    ({"max_position_embeddings": True}, "max_position_embeddings must be a positive integer"),
+    ({"max_position_embeddings": 0}, "max_position_embeddings must be a positive integer"),
+    ({"rope_theta": -1}, "rope_theta must be a positive number"),
+    ({"rope_scaling": "yarn"}, "rope_scaling must be a dict"),
+    ({"rope_scaling": {"factor": {"nested": 1}}}, "'factor' must map names to numbers"),
+    ('{"max_position_embeddings": 1}', "must be a dict of config.json key -> value, got str"),
+])
+def test_model_override_args_checked(overrides, words):
+    with pytest.raises(AnsibleFilterError) as err:
+        sglang_options(BASE, {}, ROLE, model_override_args=overrides)
+    assert words in str(err.value)
+
+
+@pytest.mark.parametrize("path, expected", [
+    ("", None),
+    ("tokenizer", "/srv/models/t/abc/tokenizer"),
+    ("/srv/models/t/abc", "/srv/models/t/abc"),
+    ("/srv/models/t/abc/sub/../tok", "/srv/models/t/abc/tok"),
+    ("./", "/srv/models/t/abc"),
+])
+def test_tokenizer_path_inside_the_target(path, expected):
+    got = sglang_options(BASE, {}, ROLE, tokenizer_path=path, model_dir="/srv/models/t/abc")
+    assert got.get("tokenizer-path") == expected
+
+
+@pytest.mark.parametrize("path, model_dir, words", [
+    ("/srv/models/d/def", "/srv/models/t/abc", "outside the target's verified commit directory /srv/models/t/abc"),
+    ("..", "/srv/models/t/abc", "outside"),
+    ("../abc-other", "/srv/models/t/abc", "outside"),
+    ("/srv/models/t/abcd", "/srv/models/t/abc", "outside"),
+    ("tok", "", "needs the target's commit directory"),
+    (["tok"], "/srv/models/t/abc", "must be a path, got list"),
+])
+def test_tokenizer_path_outside_the_target_refused(path, model_dir, words):
+    with pytest.raises(AnsibleFilterError) as err:
+        sglang_options(BASE, {}, ROLE, tokenizer_path=path, model_dir=model_dir)
+    assert words in str(err.value)
 
 
 def test_owned_message_names_the_option_only_for_an_alias():
@@ -141,5 +252,8 @@ def test_none_args_and_bad_role_options():
 def test_tables_are_dash_form_and_consistent():
     for alias, canonical in ALIASES.items():
         assert alias != canonical and canonical not in ALIASES
-    for key in list(ALIASES) + list(ALIASES.values()) + list(ROLE_OWNED):
+    refused, load_format = getattr(filter_module, "REFUSED", {}), getattr(filter_module, "LOAD_FORMAT_OPTIONS", ())
+    for key in list(ALIASES) + list(ALIASES.values()) + list(ROLE_OWNED) + list(refused) + list(load_format):
         assert key == key.lower().replace("_", "-")
+    assert not set(refused) & set(ROLE_OWNED)
+    assert list(getattr(filter_module, "VERIFIED_LOAD_FORMATS", ())) == REAL_LOADING

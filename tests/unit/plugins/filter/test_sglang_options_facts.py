@@ -39,7 +39,30 @@ CASES = [
     ({"nnodes": 1}, 2, ["'nnodes'", "sglang_multinode_group"]),
     ({"model_path": None}, 1, ["'model_path'", "sglang_target_model"]),
     ({"tp_size": 8, "tp-size": 16}, 1, ["'tp_size'", "'tp-size'", "two spellings"]),
+    # issue 24 item 2: what swaps the weights after the gate is refused, or comes only through a checked variable
+    ({"load_format": "dummy"}, 1, ["'load_format'", "auto, safetensors, fastsafetensors, instanttensor"]),
+    ({"speculative_draft_load_format": "dummy"}, 1, ["'speculative_draft_load_format'", "safetensors"]),
+    ({"json_model_override_args": '{"num_hidden_layers": 1}'}, 1, ["'json_model_override_args'", "sglang_model_override_args"]),
+    ({"tokenizer_path": "/elsewhere"}, 1, ["'tokenizer_path'", "sglang_tokenizer_path"]),
+    ({"decrypted_config_file": "/elsewhere/config.json"}, 1, ["'decrypted_config_file'", "is refused"]),
+    ({"decrypted-draft-config-file": "/elsewhere/config.json"}, 1, ["'decrypted-draft-config-file'", "is refused"]),
+    ({"admin_api_key": "sk-admin-NOT-A-SECRET"}, 1, ["'admin_api_key'", "sglang_admin_api_key"]),
+    ({"load_format": "safetensors"}, 1,
+     dict(BASE, **{"load-format": "safetensors", "model-path": TARGET, "speculative-algorithm": "DFLASH",
+                   "speculative-draft-model-path": DRAFTER})),
 ]
+
+
+DEFAULTS = os.path.join(ROOT, "roles", "sglang", "defaults", "main.yml")
+PLAY_VARS = {"sglang_base_args": BASE, "_sglang_target": TARGET, "_sglang_drafter": DRAFTER,
+             "_sglang_node_rank": "0", "_sglang_rank0": "rank0", "sglang_dist_init_port": 50000,
+             "sglang_model_override_args": {}, "sglang_tokenizer_path": ""}
+
+
+def _default(name):
+    """The role's default of ``name`` as shipped (an expression is rendered in the play)."""
+    with open(DEFAULTS) as handle:
+        return yaml.safe_load(handle)[name]
 
 
 def _merge_task():
@@ -67,8 +90,7 @@ def test_merge_refuses_role_owned_and_resolves_aliases(tmp_path):
                        "| map(attribute='_sglang_options') | zip(rendered.results | map(attribute='msg', default='')) | to_json }}",
             "dest": str(tmp_path / "out.json")},
     }]
-    play_vars = {"sglang_base_args": BASE, "_sglang_target": TARGET, "_sglang_drafter": DRAFTER,
-                 "_sglang_node_rank": "0", "_sglang_rank0": "rank0", "sglang_dist_init_port": 50000}
+    play_vars = dict(PLAY_VARS, sglang_dist_init_host=_default("sglang_dist_init_host"))
     results = run_play(tmp_path, tasks, play_vars=play_vars)
     assert len(results) == len(CASES)
     for (args, _nnodes, expected), (options, msg) in zip(CASES, results):
@@ -78,3 +100,72 @@ def test_merge_refuses_role_owned_and_resolves_aliases(tmp_path):
             assert options is None, "%s was accepted: %s" % (args, options)
             for words in expected:
                 assert words in msg, (args, msg)
+
+
+def _render(tmp_path, cases, play_vars, setup=()):
+    """The _sglang_options of facts.yml once per case (a dict of variables): [(options or None, msg)]."""
+    tasks = list(setup) + [{
+        "name": "Render",
+        "ansible.builtin.set_fact": {"_sglang_options": _merge_task()},
+        "vars": dict((name, "{{ item.%s }}" % name) for name in sorted(set(k for case in cases for k in case))),
+        "loop": cases,
+        "register": "rendered",
+        "ignore_errors": True,
+    }, {
+        "name": "Write",
+        "ansible.builtin.copy": {
+            "content": "{{ rendered.results | map(attribute='ansible_facts', default={'_sglang_options': none}) "
+                       "| map(attribute='_sglang_options') | zip(rendered.results | map(attribute='msg', default='')) | to_json }}",
+            "dest": str(tmp_path / "out.json")},
+    }]
+    return run_play(tmp_path, tasks, play_vars=play_vars)
+
+
+def test_checked_override_args_and_tokenizer_path(tmp_path):
+    # issue 24 item 2: json-model-override-args and tokenizer-path only from the role variables, checked
+    cases = [
+        {"sglang_model_override_args": {"text_config": {"max_position_embeddings": 262144}}},
+        {"sglang_model_override_args": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}, "rope_theta": 50000}},
+        {"sglang_model_override_args": {"num_hidden_layers": 1}},
+        {"sglang_model_override_args": {"text_config": {"architectures": ["LlamaForCausalLM"]}}},
+        {"sglang_model_override_args": {"max_position_embeddings": "262144"}},
+        {"sglang_tokenizer_path": "tokenizer"},
+        {"sglang_tokenizer_path": TARGET},
+        {"sglang_tokenizer_path": "../def"},
+        {"sglang_tokenizer_path": "/srv/models/t/abc-evil"},
+    ]
+    cases = [dict({"sglang_model_override_args": {}, "sglang_tokenizer_path": ""}, **case) for case in cases]
+    results = _render(tmp_path, cases, dict(PLAY_VARS, _sglang_nnodes=1, sglang_args={},
+                                            sglang_dist_init_host="unused"))
+    options = [opts for opts, _msg in results]
+    msgs = [msg for _opts, msg in results]
+    assert options[0]["json-model-override-args"] == '{"text_config": {"max_position_embeddings": 262144}}'
+    assert options[1]["json-model-override-args"] == ('{"rope_scaling": {"factor": 4.0, "rope_type": "yarn"}, '
+                                                      '"rope_theta": 50000}')
+    assert options[2] is None and "'num_hidden_layers' cannot be overridden" in msgs[2]
+    assert options[3] is None and "sglang_model_override_args.text_config: 'architectures'" in msgs[3]
+    assert options[4] is None and "max_position_embeddings must be a positive integer" in msgs[4]
+    assert options[5]["tokenizer-path"] == TARGET + "/tokenizer" and options[5]["model-path"] == TARGET
+    assert options[6]["tokenizer-path"] == TARGET
+    for index in (7, 8):
+        assert options[index] is None and "outside the target's verified commit directory" in msgs[index], msgs[index]
+    assert "tokenizer-path" not in options[0] and "json-model-override-args" not in options[5]
+
+
+def test_dist_init_host(tmp_path):
+    # issue 24 item 5: dist-init-addr is sglang_dist_init_host; by default rank 0's model_peer_address (the
+    # cluster address), else its ansible_host (usually the management network), else its name
+    play_vars = dict(PLAY_VARS, _sglang_nnodes=2, sglang_args={}, sglang_dist_init_host=_default("sglang_dist_init_host"))
+    setup = [{"name": "Rank 0's management address", "ansible.builtin.set_fact": {"ansible_host": "10.20.1.11"}}]
+    runs = {}
+    for name, cases, more in (
+            ("default", [{"_sglang_rank0": "rank0"}, {"_sglang_rank0": "localhost"}], []),
+            ("given", [{"sglang_dist_init_host": "192.168.100.9"}, {"sglang_dist_init_host": "fd00::9"}], []),
+            ("cluster", [{"_sglang_rank0": "localhost"}],
+             [{"name": "Rank 0's cluster address", "ansible.builtin.set_fact": {"model_peer_address": "192.168.100.11"}}])):
+        (tmp_path / name).mkdir()
+        results = _render(tmp_path / name, cases, dict(play_vars, _sglang_rank0="localhost"), setup=setup + more)
+        runs[name] = [opts and opts["dist-init-addr"] for opts, _msg in results]
+    assert runs == {"default": ["rank0:50000", "10.20.1.11:50000"],  # an unknown host: its name; else ansible_host
+                    "given": ["192.168.100.9:50000", "[fd00::9]:50000"],  # IPv6 bracketed
+                    "cluster": ["192.168.100.11:50000"]}

@@ -15,8 +15,12 @@ import subprocess
 
 import pytest
 
+from ansible_collections.gpufleet.llm.plugins.filter import sglang_options as filter_module
 from ansible_collections.gpufleet.llm.plugins.filter.sglang_options import (
     ALIASES, ALIASES_SGLANG_VERSION, ROLE_OWNED, sglang_options)
+
+REFUSED = getattr(filter_module, "REFUSED", {})
+LOAD_FORMAT_OPTIONS = getattr(filter_module, "LOAD_FORMAT_OPTIONS", ())
 from ansible_collections.gpufleet.llm.tests.unit.plugins.filter.test_kimi_example import GROUPS, merged
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
     SGLANG_VERSION, sglang_python)
@@ -66,14 +70,23 @@ def test_aliases_match_sglang_parser(actions):  # pylint: disable=redefined-oute
 
 def test_role_owned_options_exist(actions):  # pylint: disable=redefined-outer-name
     known = set(name for action in actions for name in _long_names(action))
-    assert set(ROLE_OWNED) <= known
+    assert set(ROLE_OWNED) | set(REFUSED) | set(LOAD_FORMAT_OPTIONS) <= known
+
+
+def test_verified_load_formats_are_sglang_choices(actions):  # pylint: disable=redefined-outer-name
+    # every format let through is one of the parser's choices for both options (dummy is one too, refused)
+    by_name = dict((name, action) for action in actions for name in _long_names(action))
+    assert LOAD_FORMAT_OPTIONS == ("load-format", "speculative-draft-load-format")
+    for option in LOAD_FORMAT_OPTIONS:
+        choices = set(by_name[option]["choices"])
+        assert set(filter_module.VERIFIED_LOAD_FORMATS) <= choices and "dummy" in choices, option
 
 
 def test_no_other_option_is_a_prefix_of_a_guarded_one(actions):  # pylint: disable=redefined-outer-name
     # The filter refuses every prefix of an alias, an aliased option or a role-owned option as an
     # abbreviation; that is right only while no other option of SGLang is such a prefix.
     dest = dict((name, action["dest"]) for action in actions for name in _long_names(action))
-    for guarded in set(ALIASES) | set(ALIASES.values()) | set(ROLE_OWNED):
+    for guarded in set(ALIASES) | set(ALIASES.values()) | set(ROLE_OWNED) | set(REFUSED) | set(LOAD_FORMAT_OPTIONS):
         for name in dest:
             if guarded.startswith(name) and name != guarded:
                 assert dest[name] == dest[guarded], "%s is a prefix of %s" % (name, guarded)

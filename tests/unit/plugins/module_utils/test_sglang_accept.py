@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_accept as accept
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench as bench
 
 
 def _s(tokens, steps):
@@ -50,24 +51,19 @@ def test_when_the_sample_is_judged(samples, judged):
     assert out["judged"] is judged
 
 
-def test_collect_sends_distinct_prompts_and_reads_meta_info():
-    bodies = []
-
-    def post(body):
-        bodies.append(body)
-        return {"meta_info": {"completion_tokens": 32, "spec_verify_ct": 8}}
-
-    out = accept.collect(post, requests=10, max_new_tokens=32)
-    assert out == [_s(32, 8)] * 10
-    assert len({b["text"] for b in bodies}) == len(accept.PROMPTS)
-    assert all(b["sampling_params"] == {"max_new_tokens": 32, "temperature": 0} for b in bodies)
+def test_sample_requests_are_the_benchmarks_cycling_distinct_prompts():
+    requests = accept.sample_requests(10, 32)
+    assert [r["index"] for r in requests] == list(range(10))
+    assert len({r["prompt"] for r in requests}) == len(accept.PROMPTS)
+    assert all(r["max_new_tokens"] == 32 and r["category"] in bench.CATEGORIES for r in requests)
+    # the benchmark's own request form (sglang_bench's build_requests)
+    assert requests == bench.build_requests([dict(prompt=t, category=c) for c, t in accept.PROMPTS], 10, 32)
 
 
-def test_collect_tolerates_missing_figures_and_raises_errors():
-    assert accept.collect(lambda body: {}, requests=2, max_new_tokens=4) == [_s(None, None)] * 2
-
-    def boom(body):
-        raise RuntimeError("503")
-
-    with pytest.raises(RuntimeError):
-        accept.collect(boom, requests=2, max_new_tokens=4)
+@pytest.mark.parametrize("api,path,template", [("chat", "/v1/chat/completions", True), ("generate", "/generate", False)])
+def test_request_shape_is_read_from_the_benchmarks_body(api, path, template):
+    # issue 24 item 3: the sample is sent as the benchmark sends (its temperature, ignore_eos, streamed),
+    # never greedy raw text
+    shape = accept.request_shape(api, 1.0, 256)
+    assert shape == dict(api=api, path=path, chat_template=template, temperature=1.0, ignore_eos=True, stream=True,
+                         max_new_tokens=256)

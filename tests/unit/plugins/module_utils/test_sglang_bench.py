@@ -417,3 +417,15 @@ def test_server_state_of_a_baseline_server(standin_factory, golden):
     state = bench.server_state(server.url)
     assert state["speculative"] is False and state["avg_spec_accept_length"] is None
     assert state["version"] == "0.5.23-standin"
+
+
+def test_server_state_reports_admission_as_sglang_resolves_it(standin_factory, golden):
+    # SGLang 0.5.23 (arg_groups/speculative_hook.py, _handle_dflash): an unset max-running-requests becomes 48
+    # with DFLASH; without speculative decoding it stays unset and the memory pool sizes admission (thousands)
+    target, drafter = _paths(golden)
+    spec = bench.server_state(standin_factory(target, drafter=drafter, wait="ready").url)
+    assert (spec["max_running_requests"], spec["effective_max_running_requests_per_dp"]) == (48, 48)
+    base = bench.server_state(standin_factory(target, wait="ready").url)
+    assert (base["max_running_requests"], base["effective_max_running_requests_per_dp"]) == (None, 2048)
+    pinned = bench.server_state(standin_factory(target, wait="ready", options={"max-running-requests": 48}).url)
+    assert (pinned["max_running_requests"], pinned["effective_max_running_requests_per_dp"]) == (48, 48)

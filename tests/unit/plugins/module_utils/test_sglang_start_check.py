@@ -32,6 +32,7 @@ def models(root, *, drafter_len=262144, target_len=262144, block=16, **drafter):
     target = os.path.join(str(root), "Kimi-K2.6")
     draft = os.path.join(str(root), "Kimi-K2.6-DFlash")
     text = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2", "num_hidden_layers": 61,
+            "num_attention_heads": 64,
             "max_position_embeddings": target_len,
             "rope_scaling": {"factor": 64.0, "original_max_position_embeddings": 4096, "type": "yarn"}}
     draft_cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": block,
@@ -95,9 +96,12 @@ def problem(result, rule):
 def test_good_config_passes_every_rule(sglang_python, tmp_path):
     result = start(sglang_python, tmp_path)
     assert result["error"] is None and result["problems"] == [] and result["skipped"] == []
-    assert sorted(result["checked"]) == sorted(["dflash-draft-config", "dflash-pp-size", "dflash-draft-path",
-                                                "dflash-block-size", "dflash-draft-window", "context-length",
-                                                "draft-context-length"])
+    assert result["path"] == "handle_speculative_decoding"
+    assert sorted(result["checked"]) == sorted(["dflash-draft-config", "speculative-decoding", "spec-draft-sink",
+                                                "spec-draft-window", "spec-dp-prefill-coordination",
+                                                "spec-block-verification", "dflash-device", "dflash-dp-attention",
+                                                "dflash-pp-size", "dflash-draft-path", "dflash-block-size",
+                                                "dflash-draft-window", "context-length", "draft-context-length"])
     resolved = result["resolved"]
     # SGLang's own answers: the yarn factor is ignored when original_max_position_embeddings is set;
     # DFlash caps max-running-requests at 48 when it is unset.
@@ -244,7 +248,78 @@ def test_models_not_on_this_host_are_skipped(sglang_python, tmp_path):
 def test_not_dflash_checks_only_the_context(sglang_python, tmp_path):
     result = start(sglang_python, tmp_path, speculative_algorithm=None, speculative_draft_model_path=None,
                    speculative_num_draft_tokens=None)
-    assert result["problems"] == [] and result["checked"] == ["context-length"]
+    assert result["problems"] == [] and result["path"] == "handle_speculative_decoding"
+    assert result["checked"] == ["speculative-decoding"] + list(dict.fromkeys(r[0] for r in st.SPEC_RULES)) + ["context-length"]
+    assert not any(n.startswith("not-evaluated:") for n in result["notices"])
+
+
+# --- SGLang's start path: handle_speculative_decoding, not _handle_dflash alone ----------------
+
+def test_sink_size_without_window_is_refused(sglang_python, tmp_path):
+    # handle_speculative_decoding's rule, which _handle_dflash alone never runs.
+    text = problem(start(sglang_python, tmp_path, speculative_draft_sink_size=4), "spec-draft-sink")
+    assert "--speculative-draft-sink-size requires --speculative-draft-window-size" in text
+    assert "set speculative-draft-window-size too" in text
+    assert start(sglang_python, tmp_path / "b", speculative_draft_sink_size=4,
+                 speculative_draft_window_size=32)["problems"] == []
+
+
+def test_dp_spec_prefill_coordination_refuses_dflash(sglang_python, tmp_path):
+    env = {"SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION": "1"}
+    text = problem(start(sglang_python, tmp_path, env=env), "spec-dp-prefill-coordination")
+    assert "DP spec/prefill coordination requires single-layer EAGLE, EAGLE3 or DSPARK" in text
+    assert "remove SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION from sglang_environment" in text
+    assert start(sglang_python, tmp_path / "b", env={"SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION": "0"})["problems"] == []
+
+
+def test_model_override_args_apply_to_the_drafter(sglang_python, tmp_path):
+    # SGLang passes json-model-override-args to get_config for the target AND the drafter.
+    override = """'{"max_position_embeddings": 262144}'"""
+    result = start(sglang_python, tmp_path, models_kw=dict(drafter_len=40960), context_length=None,
+                   json_model_override_args=override)
+    assert result["error"] is None and result["problems"] == [], result["problems"]
+    assert result["resolved"]["draft-context-length"] == {"wanted": 262144, "model": 262144}
+    # Set on the top-level config: a multimodal target's text_config keeps its own length.
+    override = """'{"max_position_embeddings": 1048576}'"""
+    result = start(sglang_python, tmp_path / "b", models_kw=dict(drafter_len=10 ** 7), context_length=524288,
+                   json_model_override_args=override)
+    assert "524288 is above the 262144 it derives for the target" in problem(result, "context-length")
+    nested = """'{"text_config": {"max_position_embeddings": 1048576}}'"""
+    result = start(sglang_python, tmp_path / "c", context_length=524288, json_model_override_args=nested,
+                   speculative_algorithm=None, speculative_draft_model_path=None, speculative_num_draft_tokens=None)
+    assert result["problems"] == [] and result["resolved"]["context-length"]["model"] == 1048576
+
+
+def test_model_override_args_not_json(sglang_python, tmp_path):
+    text = problem(start(sglang_python, tmp_path, json_model_override_args="'{not json'"), "json-model-override-args")
+    assert "give json-model-override-args as a JSON object" in text
+
+
+def test_trtllm_mha_draft_backend_as_sglang_resolves_it(sglang_python, tmp_path):
+    # Not all sliding and not causal: SGLang falls back (its warning is a notice), it does not refuse.
+    result = start(sglang_python, tmp_path, speculative_draft_attention_backend="trtllm_mha")
+    assert result["error"] is None and result["problems"] == []
+    assert result["resolved"]["speculative-draft-attention-backend"] == "flashinfer"
+    assert any(n.startswith("sglang-warning: DFLASH only enables 'trtllm_mha'") for n in result["notices"])
+    # All layers sliding: SGLang keeps it.
+    result = start(sglang_python, tmp_path / "b", speculative_draft_attention_backend="trtllm_mha",
+                   models_kw=dict(layer_types=["sliding_attention"] * 5, sliding_window=2048))
+    assert result["problems"] == [] and result["resolved"]["speculative-draft-attention-backend"] == "trtllm_mha"
+    # A layer_types SGLang cannot read: its refusal.
+    result = start(sglang_python, tmp_path / "c", speculative_draft_attention_backend="trtllm_mha",
+                   models_kw=dict(layer_types="sliding_attention"))
+    assert "DFLASH config.layer_types must be a sequence" in problem(result, "dflash-draft-config")
+
+
+def test_what_is_stood_in_or_not_evaluated_is_named(sglang_python, tmp_path):
+    result = start(sglang_python, tmp_path)
+    names = [n.split(":", 1)[0] for n in result["notices"]]
+    # The lab's CPU-only SGLang: no transformers, no GPU kernels, no device.
+    assert {"get-config-stand-in", "dflash-utils-from-source", "device-stand-in"} <= set(names)
+    not_evaluated = [n.split(" ", 2)[1] for n in result["notices"] if n.startswith("not-evaluated:")]
+    assert not_evaluated == [name for name, _why in st.NOT_EVALUATED]
+    assert {"dflash-nvfp4-kv-sm100", "dflash-unified-memory", "dflash-cp-tp-group-sharing", "dflash-lora",
+            "dflash-mask-token"} <= set(not_evaluated)
 
 
 # --- the mirrors, pinned to the source they were read from -------------------------------------
@@ -275,6 +350,10 @@ def test_pins_hold_in_the_installed_sglang(sglang_python):
     start_at = hook.index("def _handle_dflash(")
     body = hook[start_at:hook.index("\ndef ", start_at + 1)]
     assert [rule for rule, _o, text, _f in st.DFLASH_RULES if text not in body] == []
+    start_at = hook.index("def handle_speculative_decoding(")
+    body = hook[start_at:hook.index("\ndef ", start_at + 1)]
+    assert [rule for rule, _o, text, _f in st.SPEC_RULES if text not in body] == []
+    assert [t for _r, _o, t, _f in st.DRAFT_RULES if t not in read(directory, st.SOURCES["dflash"])] == []
 
 
 def test_pins_fail_on_a_different_rule(sglang_python, tmp_path):
@@ -360,3 +439,16 @@ def test_run_refuses_on_a_start_rule_and_warns_when_it_cannot_check(tmp_path):
     result = st.run(params, run_command=_scripted(_answers(broken), []), warn=warnings.append)
     assert warnings == ["SGLang 0.5.23's start-time rules were not checked (ImportError: no _handle_dflash)"]
     assert result["notices"] == warnings and result["start"]["error"]
+
+
+def test_run_returns_the_start_checks_named_notices(tmp_path):
+    # Stand-ins and rules not evaluated on this host are notices (and warnings), never dropped.
+    config = cfg.write(str(tmp_path), "good", cfg.GOOD)
+    params = dict(config=config, python=sys.executable, expect_version=None, environment={})
+    notices = ["device-stand-in: device is unset ...", "not-evaluated: dflash-lora (lora_hook: ...)"]
+    answer = dict(problems=[], checked=["speculative-decoding"], skipped=[], resolved={}, error=None,
+                  path="handle_speculative_decoding", notices=notices)
+    warnings = []
+    result = st.run(params, run_command=_scripted(_answers(answer), []), warn=warnings.append)
+    assert result["ok"] and result["notices"] == notices and warnings == notices
+    assert result["start"]["notices"] == notices and result["start"]["path"] == "handle_speculative_decoding"

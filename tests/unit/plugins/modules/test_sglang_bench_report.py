@@ -83,6 +83,13 @@ def test_report_with_baseline(capsys, out, results):
     assert doc["schema_version"] == 2 and doc["host"] == "gpu1" and doc["standin"] is True
     assert doc["baseline"] == {"ran": True, "note": None}
     assert any("say nothing about real GPU performance" in n for n in doc["notes"])
+    # each arm's admission from its /server_info (issue 24 item 4): these two stand-ins were started as SGLang
+    # 0.5.23 would be without the playbook's pin, so the baseline admits more at once and the report says so
+    assert doc["admission"] == {"spec": {"max_running_requests": 48, "effective_max_running_requests_per_dp": 48},
+                                "baseline": {"max_running_requests": None,
+                                             "effective_max_running_requests_per_dp": 2048},
+                                "equal": False}
+    assert any(n.startswith("The arms admitted a different number of requests at once") for n in doc["notes"])
     assert [s["concurrency"] for s in doc["speedup"]] == LEVELS
     assert all(s["speedup"] > 1.0 for s in doc["speedup"])
     assert doc["files"]["throughput_png"] == os.path.basename(files["throughput_png"])
@@ -107,6 +114,36 @@ def test_report_with_baseline(capsys, out, results):
 
     for key in ("throughput_png", "accept_length_png"):
         assert _png_size(files[key]) == (report.PLOT_WIDTH, report.PLOT_HEIGHT)
+
+
+def test_report_of_arms_with_equal_admission(capsys, out, standin_factory, golden):
+    # the benchmark playbook pins the baseline's max-running-requests to the speculative arm's resolved value
+    target, drafter = _paths(golden)
+    spec = standin_factory(target, drafter=drafter, wait="ready", env={"GPUFLEET_STANDIN_STEP_MS": "5"})
+    base = standin_factory(target, wait="ready", options={"max-running-requests": 48},
+                           env={"GPUFLEET_STANDIN_STEP_MS": "5"})
+    res = _report(capsys, {"dest": str(out), "host": "gpu1", "plots": False,
+                           "spec": _bench(capsys, spec.url, "spec"), "baseline": _bench(capsys, base.url, "baseline")})
+    assert res["_rc"] == 0, res.get("msg")
+    with open(res["files"]["json"]) as handle:
+        doc = json.load(handle)
+    assert report.schema_problems(doc) == []
+    both = {"max_running_requests": 48, "effective_max_running_requests_per_dp": 48}
+    assert doc["admission"] == {"spec": both, "baseline": both, "equal": True}
+    assert not any("admitted a different number" in n for n in doc["notes"])
+    assert ("- admission (/server_info max_running_requests, effective per DP rank): spec 48 (48), baseline 48 (48); "
+            "equal") in res["markdown"]
+
+
+def test_unequal_admission_names_the_levels_it_skews(results):
+    spec, baseline = results
+    wide = dict(spec, levels=spec["levels"] + [dict(spec["levels"][-1], concurrency=64)])
+    doc = report.build("gpu1", wide, baseline)
+    assert doc["admission"]["equal"] is False
+    note = [n for n in doc["notes"] if "admitted a different number" in n][0]
+    assert "spec 48, effective per DP rank 48; baseline unset, effective per DP rank 2048" in note
+    assert "levels 64 compare unequal admission" in note and "Pin max-running-requests" in note
+    assert "spec 48 (48), baseline unset (2048); NOT equal" in report.markdown(doc)
 
 
 def test_report_without_baseline(capsys, out, results):

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_probe
+from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_chat, _sglang_probe
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_probe
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.test_sglang_unit import JOURNAL, SECRET, FakeSystemd
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
@@ -129,7 +130,8 @@ def test_accept_length_below_minimum_fails(capsys, standin_factory, golden):
     msg = res["msg"]
     assert "accept length 1 (pooled sample) is below min_accept_length 1.5" in msg
     assert "sample of 8 requests x 256 new tokens" in msg and "2048 completion tokens / 2048 verify steps" in msg
-    assert "/generate" in msg
+    # the golden target has no chat template: raw text to /generate, as the benchmark would send it
+    assert "/generate, raw text, no chat template:" in msg and "temperature 1, ignore_eos, as the benchmark" in msg
 
 
 def test_accept_length_above_minimum_passes(capsys, standin_factory, golden):
@@ -145,6 +147,81 @@ def test_accept_length_above_minimum_passes(capsys, standin_factory, golden):
     assert res["accept_length"] == pytest.approx(4.0)
     assert res["smoke"]["spec_verify_ct"] == 4 and res["smoke"]["accept_length"] == pytest.approx(4.0)
     assert any(c.startswith("accept length: 4 (pooled sample) >= 3.5") for c in res["checks"])
+
+
+def _chat_target(golden, tmp_path):
+    """The golden target with a chat template, as Kimi K2.6 ships one (chat_template.jinja)."""
+    target = str(tmp_path / "chat-target")
+    shutil.copytree(os.path.join(golden, "target"), target)
+    with open(os.path.join(target, "chat_template.jinja"), "w") as handle:
+        handle.write("{% for m in messages %}<|im_{{ m.role }}|>{{ m.content }}<|im_end|>{% endfor %}")
+    return target
+
+
+def test_accept_sample_is_sent_as_the_benchmark_sends(capsys, standin_factory, golden, tmp_path, monkeypatch):
+    # Issue 24 item 3: the gate measured greedy raw-text /generate prompts while the benchmark sends a chat
+    # model's requests through /v1/chat/completions (its chat template) at temperature 1.0: the gate judged
+    # another distribution. Now the sample goes through the benchmark's own client and bodies.
+    target = _chat_target(golden, tmp_path)
+    _t, drafter = _paths(golden)
+    server = standin_factory(target, drafter=drafter, options={"log-level": "debug"}, wait="ready")
+    bodies = []
+    real_chat_body = _sglang_bench_chat.chat_body
+
+    def recording_chat_body(request, temperature):
+        body = real_chat_body(request, temperature)
+        bodies.append(body)
+        return body
+
+    monkeypatch.setattr(_sglang_bench_chat, "chat_body", recording_chat_body)
+    res = run(capsys, {"url": server.url, "expect_model_path": target, "min_accept_length": 1.0})
+    assert res["_rc"] == 0, res.get("msg")
+    sample = res["accept_sample"]
+    assert sample["request"] == dict(api="chat", path="/v1/chat/completions", chat_template=True, temperature=1.0,
+                                     ignore_eos=True, stream=True, max_new_tokens=256,
+                                     reason="chat model: %s/chat_template.jinja exists" % target)
+    assert sample["requests"] == 8 and sample["reporting"] == 8 and sample["completion_tokens"] == 2048
+    assert sample["judged"] is True and sample["accept_length"] > 1.0
+    # what went over the wire: the benchmark's chat bodies (chat template applied by the server), temperature 1.0
+    sent = [b for b in bodies if b["messages"][0]["content"]]  # request_shape() reads one empty body too
+    assert len(sent) == 8 and len({b["messages"][0]["content"] for b in sent}) == 8
+    assert all(b["messages"][0]["role"] == "user" and b["temperature"] == 1.0 and b["ignore_eos"] is True
+               and b["max_tokens"] == 256 and b["stream"] is True and b["return_spec_tokens_details"] is True
+               for b in bodies)
+    log = server.log()
+    assert log.count('"POST /v1/chat/completions HTTP/1.1" 200') == 8
+    assert log.count('"POST /generate HTTP/1.1" 200') == 1  # the smoke only
+    check = [c for c in res["checks"] if c.startswith("accept length:")][0]
+    assert "/v1/chat/completions, chat template, temperature 1, ignore_eos, as the benchmark sends them" in check
+
+
+def test_accept_sample_follows_the_benchmarks_temperature_and_api(capsys, standin_factory, golden, tmp_path):
+    target = _chat_target(golden, tmp_path)
+    _t, drafter = _paths(golden)
+    server = standin_factory(target, drafter=drafter, options={"log-level": "debug"}, wait="ready")
+    res = run(capsys, {"url": server.url, "min_accept_length": 1.0, "accept_api": "generate",
+                       "accept_temperature": 0.7, "accept_requests": 4})
+    assert res["_rc"] == 0, res.get("msg")
+    request = res["accept_sample"]["request"]
+    assert (request["api"], request["path"], request["temperature"], request["chat_template"]) == (
+        "generate", "/generate", 0.7, False)
+    assert request["reason"] == "api=generate was asked for"
+    assert server.log().count('"POST /generate HTTP/1.1" 200') == 1 + 4
+    assert '"POST /v1/chat/completions' not in server.log()
+
+
+def test_a_failed_sample_request_fails_the_probe(capsys, standin_factory, golden):
+    target, drafter = _paths(golden)
+    # 200 tokens at 50 ms per verify step take seconds; the benchmark's client bounds a whole request by
+    # request_timeout, so each sample request fails (the health and info reads are quick)
+    server = standin_factory(target, drafter=drafter, wait="ready", env={"GPUFLEET_STANDIN_STEP_MS": "50",
+                                                                         "GPUFLEET_STANDIN_ACCEPT_MEAN": "1"})
+    res = run(capsys, {"url": server.url, "min_accept_length": 1.0, "request_timeout": 0.5, "smoke": False,
+                       "accept_requests": 2, "accept_max_new_tokens": 200})
+    assert res["_rc"] == 1
+    assert "the accept-length sample (POST %s/generate) failed" % server.url in res["msg"]
+    assert "2 of 2 sample requests failed" in res["msg"] and "longer than request_timeout (0.5s)" in res["msg"]
+    assert res["accept_sample"] is None
 
 
 def test_a_sample_too_small_is_reported_not_judged(capsys, standin_factory, golden):
@@ -196,6 +273,7 @@ def test_connection_refused(capsys):
     ({"accept_requests": 0}, "accept_requests must be >= 1"),
     ({"accept_max_new_tokens": 0}, "accept_max_new_tokens must be >= 1"),
     ({"accept_min_tokens": -1}, "accept_min_tokens must be >= 0"),
+    ({"accept_temperature": -0.5}, "accept_temperature must be >= 0"),
     ({"unit": "sglang; reboot"}, "is not a systemd unit name"),
 ])
 def test_bad_input(capsys, args, fragment):
