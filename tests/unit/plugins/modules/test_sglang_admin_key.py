@@ -23,11 +23,9 @@ import pytest
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench as bench
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_run as bench_run
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_serving as bench_serving
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_config
 from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_probe
 from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_bench, sglang_probe
-from ansible_collections.gpufleet.llm.tests.unit.plugins.filter.localplay import ROOT, run_play
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
     sglang_python)
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.test_sglang_unit import JOURNAL, SECRET, FakeSystemd
@@ -36,7 +34,6 @@ from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noq
 
 API_KEY = "sk-lab-admin-test-API-key-0123"  # lab-only, fake
 ADMIN_KEY = "sk-lab-admin-test-ADMIN-key-4567"  # lab-only, fake
-TASKS = os.path.join(ROOT, "roles", "sglang", "tasks")
 
 
 def _paths(golden):
@@ -201,53 +198,3 @@ def test_probe_masks_the_admin_key_in_journal_quotes(standin_factory, golden):
     msg = exc.value.fail_kwargs()["msg"]
     assert "server_args=" in msg and ADMIN_KEY not in msg and API_KEY not in msg
     assert "'admin_api_key': '********'" in msg
-
-
-# --- the role passes it: config (masked diff), preflight, probe, benchmark -----------------------------------------
-
-def _task_args(name, module):
-    import yaml
-    with open(os.path.join(TASKS, name)) as handle:
-        text = handle.read()
-    found = []
-
-    def walk(tasks):
-        for task in tasks or []:
-            if module in task:
-                found.append(task[module])
-            for key in ("block", "rescue", "always"):
-                walk(task.get(key))
-            if "module_defaults" in task and module in task["module_defaults"]:
-                found.append(task["module_defaults"][module])
-    walk(yaml.safe_load(text))
-    return found
-
-
-def test_role_passes_the_admin_key_everywhere_the_api_key_goes():
-    for name in ("configure.yml", "preflight.yml"):
-        secrets = [args["secrets"] for args in _task_args(name, "gpufleet.llm.sglang_config") if "secrets" in args]
-        assert len(secrets) == 1 and "sglang_admin_api_key" in secrets[0] and "'admin-api-key'" in secrets[0], name
-    probes = _task_args("probe.yml", "gpufleet.llm.sglang_probe")
-    assert probes and all("sglang_admin_api_key" in args["admin_api_key"] for args in probes)
-    rollback = _task_args("rollback.yml", "gpufleet.llm.sglang_probe")
-    assert rollback and all("'admin-api-key'" in args["admin_api_key"] for args in rollback)
-    for module in ("gpufleet.llm.sglang_probe", "gpufleet.llm.sglang_bench"):
-        defaults = [args for args in _task_args("baseline.yml", module) if "url" in args]
-        assert defaults and all("sglang_admin_api_key" in args["admin_api_key"] for args in defaults), module
-
-
-def test_configured_admin_key_is_in_the_0640_config_and_masked_in_the_diff(tmp_path):
-    # the secrets expression of configure.yml rendered by ansible, then written by sglang_config
-    secrets = [args["secrets"] for args in _task_args("configure.yml", "gpufleet.llm.sglang_config") if "secrets" in args][0]
-    tasks = [{"name": "Render", "ansible.builtin.copy": {"content": "{{ %s | to_json }}" % secrets.strip()[3:-3].strip(),
-                                                         "dest": str(tmp_path / "out.json")}}]
-    rendered = run_play(tmp_path, tasks, play_vars={"sglang_api_key": API_KEY, "sglang_admin_api_key": ADMIN_KEY})
-    assert rendered == {"api-key": API_KEY, "admin-api-key": ADMIN_KEY}
-    path = str(tmp_path / "kimi.yaml")
-    res = _sglang_config.run(dict(path=path, options={"port": 30000}, secrets=rendered, owner=None, group=None,
-                                  mode="0640", previous=None, format="yaml"), check_mode=False)
-    assert res["options"]["admin-api-key"] == _sglang_config.MASK
-    assert ADMIN_KEY not in json.dumps(res) and 'admin-api-key: "********"' in res["diff"]["after"]
-    with open(path) as handle:
-        assert 'admin-api-key: "%s"' % ADMIN_KEY in handle.read()
-    assert oct(os.stat(path).st_mode & 0o777) == "0o640"
