@@ -30,6 +30,19 @@ def _defaults(spec, where):
                     yield "%s %s.%s" % (where, entry, name), text
 
 
+def test_no_role_default_names_a_fact_the_role_sets_later():
+    # validate_argument_spec also renders the value each option has: a defaults/main.yml expression too
+    found = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "roles", "*", "defaults", "main.yml"))):
+        with open(path) as handle:
+            defaults = yaml.safe_load(handle) or {}
+        for name, value in defaults.items():
+            for text in value if isinstance(value, list) else [value]:
+                if isinstance(text, str) and "{{" in text:
+                    found.extend("%s %s: %s" % (os.path.relpath(path, ROOT), name, fact) for fact in PRIVATE.findall(text))
+    assert found == []
+
+
 def test_no_argument_spec_default_names_a_fact_the_role_sets_later():
     found = []
     for path in sorted(glob.glob(os.path.join(ROOT, "roles", "*", "meta", "argument_specs.yml"))):
