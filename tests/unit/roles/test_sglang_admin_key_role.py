@@ -19,6 +19,7 @@ API_KEY = "sk-lab-admin-test-API-key-0123"  # lab-only, fake
 ADMIN_KEY = "sk-lab-admin-test-ADMIN-key-4567"  # lab-only, fake
 TASKS = os.path.join(ROOT, "roles", "sglang", "tasks")
 
+
 # --- the role passes it: config (masked diff), preflight, probe, benchmark -----------------------------------------
 
 def _task_args(name, module):
