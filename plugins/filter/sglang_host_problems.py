@@ -51,7 +51,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_host
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import host as _sglang_host
 
 
 def sglang_host_problems(facts: dict) -> list[str]:

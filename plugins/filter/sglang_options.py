@@ -79,7 +79,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.llm.plugins.module_utils._sglang_config import KEY_SHAPE
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang.config import KEY_SHAPE
 
 # Read from SGLang 0.5.23's ServerArgs.add_cli_args (sglang/srt/server_args.py and the field
 # declarations of sglang/srt/arg_groups/fields/): every option registered with two or more long

@@ -31,11 +31,11 @@ import shutil
 import subprocess
 from typing import Any, Callable
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _jsonfile
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import jsonfile as _jsonfile
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 # From _paths, which needs only the standard library: importing _safetensors would load numpy and
 # safetensors, which gpu_info never uses.
-from ansible_collections.gpufleet.llm.plugins.module_utils._paths import INDEX
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.paths import INDEX
 
 QUERY_FIELDS = ("index", "name", "memory.total", "memory.used", "compute_cap", "driver_version", "uuid")
 QUERY_ARGS = ["--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader,nounits"]

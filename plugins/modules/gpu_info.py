@@ -193,7 +193,7 @@ fit:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.llm.plugins.module_utils import _gpu
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 
 
 def main() -> None:

@@ -509,7 +509,7 @@ else:
     HAS_HF = True
     HF_IMPORT_ERROR = None
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
 
 
 def main():

@@ -340,7 +340,7 @@ target_config:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _verify
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import verify as _verify
 
 
 def main() -> None:

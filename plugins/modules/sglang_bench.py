@@ -237,8 +237,9 @@ records:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench, _sglang_bench_run
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import bench as _sglang_bench
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import run as _sglang_bench_run
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 
 
 def main() -> None:

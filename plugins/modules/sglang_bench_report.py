@@ -114,8 +114,8 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_report
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import report as _sglang_report
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 
 try:
     import matplotlib  # noqa: F401  pylint: disable=unused-import

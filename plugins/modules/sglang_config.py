@@ -126,8 +126,8 @@ previous:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_config
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import config as _sglang_config
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 
 
 def main() -> None:

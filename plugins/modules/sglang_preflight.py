@@ -207,9 +207,10 @@ start:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_check, _sglang_start_check
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
-from ansible_collections.gpufleet.llm.plugins.module_utils._secrets import MASK
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import check as _sglang_check
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import start_check as _sglang_start_check
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.secrets import MASK
 
 
 def main() -> None:

@@ -337,8 +337,8 @@ checks:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_probe
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import probe as _sglang_probe
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 
 
 def _runner(module: AnsibleModule):

@@ -133,8 +133,8 @@ rollback_sources:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_stale
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import stale as _sglang_stale
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 
 
 def main() -> None:

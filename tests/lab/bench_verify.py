@@ -60,7 +60,7 @@ def _import_verify():
             link.unlink()
         link.symlink_to(REPO)
     sys.path.insert(0, str(coll))
-    from ansible_collections.gpufleet.llm.plugins.module_utils import _verify  # pylint: disable=import-error
+    from ansible_collections.gpufleet.llm.plugins.module_utils._verify import verify as _verify  # pylint: disable=import-error
 
     return _verify
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_config
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import config as _sglang_config
 from ansible_collections.gpufleet.llm.tests.unit.plugins.filter.localplay import ROOT, run_play
 
 API_KEY = "sk-lab-admin-test-API-key-0123"  # lab-only, fake

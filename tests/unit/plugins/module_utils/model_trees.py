@@ -23,7 +23,7 @@ import shutil
 import numpy as np
 from safetensors.numpy import save_file
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
 
 TARGET_LAYERS = 61
 HIDDEN = 7168

@@ -6,7 +6,7 @@
 Run by the lab venv's python (``python sglang_reference.py CONFIG.yaml``), with the environment
 the server would have; prints one JSON line: {"refused": [SGLang's messages], "error": ...}.
 
-It shares no code with the preflight (plugins/module_utils/_sglang_start_check.py). It runs SGLang's
+It shares no code with the preflight (plugins/module_utils/_sglang/start_check.py). It runs SGLang's
 own start-time code, in the order and with the inputs SGLang's start gives it:
 
 * ``prepare_server_args(["--config", CONFIG])``: SGLang's own CLI entry;

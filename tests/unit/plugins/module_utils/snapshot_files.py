@@ -7,7 +7,9 @@ from __future__ import annotations
 import hashlib
 import os
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _manifest, _snapshot_plan
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import plan as _snapshot_plan
 
 
 def remote_for(path, data, lfs=True):

@@ -12,7 +12,8 @@ import stat
 import sys
 import urllib.request
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _snapshot_settings
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import aria2 as _aria2
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import settings as _snapshot_settings
 
 SHA = "ab" * 32
 

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _dflash
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import dflash as _dflash
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees as mt
 
 

@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _dflash
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import dflash as _dflash
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees as mt
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
     sglang_python)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _expect
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import expect as _expect
 
 CONFIG = {"model_type": "kimi_k25", "architectures": ["KimiK25ForConditionalGeneration"],
           "text_config": {"num_hidden_layers": 61, "rope_theta": 50000.0, "tie_word_embeddings": False},

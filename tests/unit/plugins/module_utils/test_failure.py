@@ -4,7 +4,7 @@
 """_failure: a failure hands its module exactly the keyword arguments of fail_json."""
 from __future__ import annotations
 
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 
 
 def test_fail_kwargs_are_msg_and_the_fields():

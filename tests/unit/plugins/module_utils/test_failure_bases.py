@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _verify
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
-from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import verify as _verify
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.errors import SnapshotError
 
 
 @pytest.mark.parametrize("error", [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hashing as h
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import hashing as h
 
 
 def test_parallel_sha256_matches_hashlib_and_reports_unreadable(tmp_path):

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hub
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
 
 COMMIT = "a" * 40
 TREE = [

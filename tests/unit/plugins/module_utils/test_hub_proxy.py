@@ -23,7 +23,10 @@ import urllib.parse
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _secrets, _snapshot, _verify
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import secrets as _secrets
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import verify as _verify
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"
 HOP_BY_HOP = ("connection", "keep-alive", "transfer-encoding", "proxy-connection", "proxy-authorization")

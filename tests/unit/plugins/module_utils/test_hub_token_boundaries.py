@@ -14,9 +14,13 @@ import urllib.parse
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import (
-    _hub, _secrets, _snapshot, _snapshot_listing, _snapshot_settings, _verify)
-from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import secrets as _secrets
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import listing as _snapshot_listing
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import settings as _snapshot_settings
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import verify as _verify
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.errors import SnapshotError
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"
 GATED = "gpufleet-lab/Kimi-K2.6-mini-gated"

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest as m
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as m
 
 
 def test_manifest_round_trip_and_atomic_write(tmp_path):

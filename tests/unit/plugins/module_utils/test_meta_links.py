@@ -14,7 +14,8 @@ import shutil
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest, _verify
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import verify as _verify
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees as mt
 
 
@@ -127,7 +128,7 @@ def test_refuse_symlinked_meta_accepts_a_plain_layout(tmp_path):
 @pytest.mark.parametrize("name", ["lock", "manifest.json"])
 def test_hf_snapshot_refuses_a_symlinked_lock_or_manifest(lab_hub, aria2c, tmp_path, name):
     """The same shared check in hf_snapshot: before, a dangling lock link made its target (O_CREAT)."""
-    from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot  # pylint: disable=import-outside-toplevel
+    from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot  # pylint: disable=import-outside-toplevel
 
     dest = tmp_path / "d"
     (dest / ".gpufleet").mkdir(parents=True)

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils._paths import UnsafePathError, dest_path
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.paths import UnsafePathError, dest_path
 
 
 def test_plain_and_nested_paths_land_inside(tmp_path):

@@ -12,8 +12,8 @@ import tempfile
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _peer_serve
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._peerserve import serve as _peer_serve
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 
 NOBODY = _peer_serve.Worker("nobody", "nogroup", 65534, (65534,))
 

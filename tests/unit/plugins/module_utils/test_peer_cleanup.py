@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _peer_cleanup
+from ansible_collections.gpufleet.llm.plugins.module_utils._peerserve import cleanup as _peer_cleanup
 
 # `systemctl list-units --all --plain --no-legend --no-pager --full 'gpufleet-peer-*'` (systemd 252), with a
 # failed unit's bullet as older systemd prints it even with --plain.

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _peer_nginx
-from ansible_collections.gpufleet.llm.plugins.module_utils._peer_nginx import SettingsError
+from ansible_collections.gpufleet.llm.plugins.module_utils._peerserve import nginx as _peer_nginx
+from ansible_collections.gpufleet.llm.plugins.module_utils._peerserve.nginx import SettingsError
 
 TOKEN = "Tok3n-peer.serve_abcdefgh"
 

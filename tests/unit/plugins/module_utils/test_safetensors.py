@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest, _strays
-from ansible_collections.gpufleet.llm.plugins.module_utils import _safetensors as st
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import strays as _strays
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import safetensors as st
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_accept as accept
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench as bench
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import accept
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import bench
 
 
 def _s(tokens, steps):

@@ -21,10 +21,10 @@ import os
 import numpy as np
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench as bench
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_run as bench_run
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_serving as bench_serving
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import bench
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import run as bench_run
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import serving as bench_serving
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 from ansible_collections.gpufleet.llm.tests.unit.plugins import standin
 from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noqa: F401 pylint: disable=unused-import
     free_port, standin_factory)

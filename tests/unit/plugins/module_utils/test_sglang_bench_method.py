@@ -19,12 +19,12 @@ import textwrap
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench as bench
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_chat as chat
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_run as bench_run
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_serving as bench_serving
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_stats as stats
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import bench
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import chat
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import run as bench_run
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import serving as bench_serving
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import stats
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_scripted import ScriptedServer
 from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noqa: F401 pylint: disable=unused-import
     standin_factory)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_host as sh
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import host as sh
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -12,8 +12,8 @@ import threading
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hub
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_http as h
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import client as h
 from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noqa: F401 pylint: disable=unused-import
     free_port, standin_factory)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_stale
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import stale as _sglang_stale
 
 # 2026-12-03T17:30:32.309127Z
 START_NS = 1796319032309127000

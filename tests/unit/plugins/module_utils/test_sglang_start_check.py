@@ -17,9 +17,9 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_check
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_start_check as st
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import check as _sglang_check
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import start_check as st
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import sglang_configs as cfg
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
     SGLANG_VERSION, sglang_python)

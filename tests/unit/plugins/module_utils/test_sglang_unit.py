@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_unit as unit
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import unit
 
 UNIT = "sglang-itest.service"
 SECRET = "sk-lab-unit-fake-KEY-55aa"  # lab-only, fake

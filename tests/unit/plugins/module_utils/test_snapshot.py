@@ -16,7 +16,10 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _manifest, _snapshot, _snapshot_settings
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import settings as _snapshot_settings
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"
 GATED = "gpufleet-lab/Kimi-K2.6-mini-gated"

@@ -20,7 +20,8 @@ import tempfile
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot, _snapshot_plan
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import plan as _snapshot_plan
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import snapshot_files as sf
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"

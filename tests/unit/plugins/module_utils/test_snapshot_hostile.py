@@ -13,7 +13,10 @@ import random
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _paths, _snapshot, _snapshot_plan
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import paths as _paths
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import plan as _snapshot_plan
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"
 GATED = "gpufleet-lab/Kimi-K2.6-mini-gated"

@@ -10,7 +10,9 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _paths, _snapshot, _snapshot_staging
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import paths as _paths
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import staging as _snapshot_staging
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"
 

@@ -4,7 +4,8 @@
 """_snapshot_listing and _snapshot_errors without a Hub: patterns, backoff, failure payloads."""
 from __future__ import annotations
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_errors, _snapshot_listing
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import errors as _snapshot_errors
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import listing as _snapshot_listing
 
 
 def test_patterns_semantics():

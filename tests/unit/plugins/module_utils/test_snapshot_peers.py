@@ -12,7 +12,13 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hashing, _hub, _manifest, _peers, _snapshot, _transfer
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import aria2 as _aria2
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import hashing as _hashing
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import peers as _peers
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import transfer as _transfer
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import peer_server
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import snapshot_files as sf
 

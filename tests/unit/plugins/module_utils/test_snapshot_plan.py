@@ -7,7 +7,8 @@ from __future__ import annotations
 import hashlib
 import os
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest, _snapshot_plan
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import plan as _snapshot_plan
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import snapshot_files as sf
 
 SHARD = b"shard-bytes " * 700

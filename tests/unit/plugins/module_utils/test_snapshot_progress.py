@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_progress
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import progress as _snapshot_progress
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import snapshot_files as sf
 
 

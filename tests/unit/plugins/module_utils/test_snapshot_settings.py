@@ -8,7 +8,9 @@ import dataclasses
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _snapshot, _snapshot_settings
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import settings as _snapshot_settings
 
 
 def test_bad_input_messages(tmp_path):

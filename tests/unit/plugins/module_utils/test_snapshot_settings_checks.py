@@ -10,7 +10,8 @@ import ssl
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot, _snapshot_settings
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import settings as _snapshot_settings
 
 
 def settings(**params):

@@ -9,8 +9,11 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _manifest, _snapshot_plan, _snapshot_staging
-from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import plan as _snapshot_plan
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import staging as _snapshot_staging
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.errors import SnapshotError
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import snapshot_files as sf
 
 DATA = b"weights " * 1000

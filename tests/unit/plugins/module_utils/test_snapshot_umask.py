@@ -12,7 +12,10 @@ import stat
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest, _paths, _snapshot, _snapshot_staging
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import paths as _paths
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import staging as _snapshot_staging
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import snapshot_files as sf
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"

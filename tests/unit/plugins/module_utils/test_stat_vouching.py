@@ -15,8 +15,11 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest, _snapshot, _snapshot_plan, _snapshot_staging
-from ansible_collections.gpufleet.llm.plugins.module_utils import _verify
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import plan as _snapshot_plan
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import staging as _snapshot_staging
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import verify as _verify
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import snapshot_files as sf
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"

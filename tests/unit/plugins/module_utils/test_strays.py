@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import os
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _manifest, _strays
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import strays as _strays
 from ansible_collections.gpufleet.llm.plugins.modules import model_verify
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import snapshot_files as sf

@@ -11,10 +11,14 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hub, _snapshot_plan, _snapshot_staging
-from ansible_collections.gpufleet.llm.plugins.module_utils import _transfer, _transfer_direct
-from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_errors import SnapshotError
-from ansible_collections.gpufleet.llm.plugins.module_utils._snapshot_progress import Progress, Timings
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import aria2 as _aria2
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import plan as _snapshot_plan
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import staging as _snapshot_staging
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import transfer as _transfer
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import direct as _transfer_direct
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.errors import SnapshotError
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.progress import Progress, Timings
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import snapshot_files as sf
 
 SHARD = b"shard " * 2000

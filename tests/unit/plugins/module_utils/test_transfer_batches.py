@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hub, _snapshot, _transfer
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import transfer as _transfer
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import snapshot_files as sf
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"

@@ -18,9 +18,14 @@ import threading
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _aria2, _hub, _snapshot, _snapshot_plan
-from ansible_collections.gpufleet.llm.plugins.module_utils import _snapshot_progress, _snapshot_staging, _transfer
-from ansible_collections.gpufleet.llm.plugins.module_utils import _transfer_direct
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import aria2 as _aria2
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import plan as _snapshot_plan
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import progress as _snapshot_progress
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import staging as _snapshot_staging
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import transfer as _transfer
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import direct as _transfer_direct
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import snapshot_files as sf
 
 GATED = "gpufleet-lab/Kimi-K2.6-mini-gated"

@@ -19,9 +19,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from safetensors.numpy import save_file
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _expect, _manifest, _safetensors, _verify
-from ansible_collections.gpufleet.llm.plugins.module_utils import _verify_hashes as vh
-from ansible_collections.gpufleet.llm.plugins.module_utils import _verify_steps as vs
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import expect as _expect
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import safetensors as _safetensors
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import verify as _verify
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import hashes as vh
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import steps as vs
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees as mt
 
 ALL = ("quick", "full", "auto")

@@ -20,7 +20,9 @@ import time
 import pytest
 from safetensors.numpy import save_file
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _jsonfile, _safetensors, _verify
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import jsonfile as _jsonfile
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import safetensors as _safetensors
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import verify as _verify
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees as mt
 
 INDEX = "model.safetensors.index.json"

@@ -18,9 +18,11 @@ import shutil
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _hashing, _strays, _verify
-from ansible_collections.gpufleet.llm.plugins.module_utils import _verify_hashes
-from ansible_collections.gpufleet.llm.plugins.module_utils import _verify_steps as vs
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import hashing as _hashing
+from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import strays as _strays
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import verify as _verify
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import hashes as _verify_hashes
+from ansible_collections.gpufleet.llm.plugins.module_utils._verify import steps as vs
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees as mt
 
 S1, S2 = mt.shard_name(1), mt.shard_name(2)

@@ -13,7 +13,8 @@ import tempfile
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _peer_nginx, _peer_serve
+from ansible_collections.gpufleet.llm.plugins.module_utils._peerserve import nginx as _peer_nginx
+from ansible_collections.gpufleet.llm.plugins.module_utils._peerserve import serve as _peer_serve
 from ansible_collections.gpufleet.llm.plugins.modules import peer_serve
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
 

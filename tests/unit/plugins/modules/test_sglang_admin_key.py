@@ -20,11 +20,11 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench as bench
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_run as bench_run
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_bench_serving as bench_serving
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_probe
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import bench
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import run as bench_run
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import serving as bench_serving
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import probe as _sglang_probe
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_bench, sglang_probe
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
     sglang_python)

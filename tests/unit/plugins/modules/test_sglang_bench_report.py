@@ -14,8 +14,8 @@ import re
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_report as report
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import report
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_bench, sglang_bench_report
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
 from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noqa: F401 pylint: disable=unused-import

@@ -12,8 +12,9 @@ import stat
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _secrets, _sglang_config
-from ansible_collections.gpufleet.llm.plugins.module_utils._failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import secrets as _secrets
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import config as _sglang_config
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_config
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
 

@@ -11,7 +11,7 @@ import stat
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils import _sglang_config
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import config as _sglang_config
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_config
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
 
