@@ -53,7 +53,7 @@ def _import_collection():
     sys.path.insert(0, str(WORK / "collections"))
     from ansible_collections.gpufleet.llm.plugins.module_utils._bench import bench as _sglang_bench  # noqa: E402
     from ansible_collections.gpufleet.llm.plugins.module_utils._bench import run as _sglang_bench_run  # noqa: E402
-    from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees  # noqa: E402
+    from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import model_trees  # noqa: E402
     return _sglang_bench, _sglang_bench_run, model_trees
 
 

@@ -33,7 +33,7 @@ by ``_from_source``). DFLASH rules of other hooks and of the draft worker that n
 loaded model or the tokenizer are ``not-evaluated`` notices (``NOT_EVALUATED``), never silence.
 
 What is mirrored is pinned to the 0.5.23 source it was read from by
-tests/unit/plugins/module_utils/test_sglang_start_check.py (``PINS``):
+tests/unit/plugins/module_utils/_sglang/test_sglang_start_check.py (``PINS``):
 
 * ``ModelConfig._derive_context_length`` (a method of a class whose module needs transformers):
   a context length above the model's derived one raises unless the variable is true, and the
@@ -43,7 +43,7 @@ tests/unit/plugins/module_utils/test_sglang_start_check.py (``PINS``):
 * on the fallback path, the DFlash block size when neither num-draft-tokens nor
   dflash-block-size is set (``_handle_dflash`` reads it from the drafter through ``get_config``).
 
-tests/unit/plugins/module_utils/test_sglang_preflight_table.py holds it against SGLang's own
+tests/unit/plugins/module_utils/_sglang/test_sglang_preflight_table.py holds it against SGLang's own
 verdict, config by config (docs/sglang_preflight.md).
 """
 

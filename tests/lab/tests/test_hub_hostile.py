@@ -1,6 +1,6 @@
 """The lab Hub's hostile-listing control (/_lab/listing): a broken or hostile mirror, as the real
 client (huggingface_hub) sees it. hf_snapshot's answer to it is tested in
-tests/unit/plugins/module_utils/test_snapshot_hostile.py."""
+tests/unit/plugins/module_utils/_fetch/test_snapshot_hostile.py."""
 
 from __future__ import annotations
 

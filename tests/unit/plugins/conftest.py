@@ -22,7 +22,7 @@ import urllib.request
 import pytest
 
 from ansible_collections.gpufleet.llm.tests.unit.plugins import lab_ready
-from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import model_trees
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 LAB = os.path.join(ROOT, "tests", "lab")

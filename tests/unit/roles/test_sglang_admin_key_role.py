@@ -12,8 +12,12 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import config as _sglang_config
-from ansible_collections.gpufleet.llm.tests.unit.plugins.filter.localplay import ROOT, run_play
+from ansible_collections.gpufleet.llm.tests.unit.fixtures.localplay import ROOT, run_play
+
+pytestmark = pytest.mark.playbook  # runs a real ansible-playbook (tests/unit/conftest.py)
 
 API_KEY = "sk-lab-admin-test-API-key-0123"  # lab-only, fake
 ADMIN_KEY = "sk-lab-admin-test-ADMIN-key-4567"  # lab-only, fake

@@ -16,6 +16,8 @@ import sys
 import pytest
 import yaml
 
+pytestmark = pytest.mark.playbook  # runs a real ansible-playbook (tests/unit/conftest.py)
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 FACTS = os.path.join(ROOT, "roles", "sglang", "tasks", "facts.yml")
 

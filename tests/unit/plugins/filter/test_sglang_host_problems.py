@@ -24,7 +24,7 @@ except ImportError:
         return text
 
 from ansible_collections.gpufleet.llm.plugins.filter.sglang_host_problems import FilterModule, sglang_host_problems
-from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures.sglang_env import (  # noqa: F401 pylint: disable=unused-import
     ROOT, SGLANG_VERSION, sglang_python)
 
 RELEASE_DIR = os.path.join(ROOT, "roles", "sglang", "files", "sglang-%s" % SGLANG_VERSION)

@@ -14,7 +14,11 @@ import os
 
 import yaml
 
-from ansible_collections.gpufleet.llm.tests.unit.plugins.filter.localplay import ROOT, run_play
+import pytest
+
+from ansible_collections.gpufleet.llm.tests.unit.fixtures.localplay import ROOT, run_play
+
+pytestmark = pytest.mark.playbook  # runs a real ansible-playbook (tests/unit/conftest.py)
 
 FACTS = os.path.join(ROOT, "roles", "sglang", "tasks", "facts.yml")
 BASE = {"host": "127.0.0.1", "port": 30000, "tp-size": 8, "mem-fraction-static": 0.85, "trust-remote-code": True}

@@ -22,7 +22,7 @@ from ansible_collections.gpufleet.llm.plugins.filter.sglang_options import (
 REFUSED = getattr(filter_module, "REFUSED", {})
 LOAD_FORMAT_OPTIONS = getattr(filter_module, "LOAD_FORMAT_OPTIONS", ())
 from ansible_collections.gpufleet.llm.tests.unit.plugins.filter.test_kimi_example import GROUPS, merged
-from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures.sglang_env import (  # noqa: F401 pylint: disable=unused-import
     SGLANG_VERSION, sglang_python)
 
 DUMP = r"""

@@ -18,7 +18,7 @@ import pytest
 from ansible_collections.gpufleet.llm.plugins.module_utils import _gpu
 from ansible_collections.gpufleet.llm.plugins.module_utils._verify import safetensors as _safetensors
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
-from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import gpu_fixtures as gf
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import gpu_fixtures as gf
 
 
 def test_parse_b300():

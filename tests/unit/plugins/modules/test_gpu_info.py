@@ -12,7 +12,7 @@ import pytest
 
 from ansible_collections.gpufleet.llm.plugins.modules import gpu_info
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
-from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import gpu_fixtures as gf
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import gpu_fixtures as gf
 
 
 def run(capsys, args, check_mode=False):

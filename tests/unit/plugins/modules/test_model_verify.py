@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.gpufleet.llm.plugins.module_utils._verify import expect as _expect
 from ansible_collections.gpufleet.llm.plugins.modules import model_verify
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
-from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import model_trees as mt
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import model_trees as mt
 
 
 def run(capsys, args, check_mode=False):

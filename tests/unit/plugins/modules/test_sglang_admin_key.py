@@ -26,9 +26,9 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._bench import serving
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import probe as _sglang_probe
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_bench, sglang_probe
-from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures.sglang_env import (  # noqa: F401 pylint: disable=unused-import
     sglang_python)
-from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.test_sglang_unit import JOURNAL, SECRET, FakeSystemd
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils._sglang.test_sglang_unit import JOURNAL, SECRET, FakeSystemd
 from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noqa: F401 pylint: disable=unused-import
     standin_factory)
 

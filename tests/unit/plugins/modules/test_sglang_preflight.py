@@ -12,8 +12,8 @@ import pytest
 
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_preflight
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
-from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import sglang_configs as cfg
-from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.sglang_env import (  # noqa: F401 pylint: disable=unused-import
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import sglang_configs as cfg
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures.sglang_env import (  # noqa: F401 pylint: disable=unused-import
     SGLANG_VERSION, sglang_python)
 
 
@@ -92,7 +92,7 @@ HF_TOKEN = "hf_gpufleet-test-NOT-A-SECRET-777"
 def test_start_rules_with_and_without_the_environment(capsys, tmp_path, sglang_python):
     # The drafter's max_position_embeddings (4096) is below the context length (131072): SGLang
     # refuses at start unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 is in its environment.
-    from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils import test_sglang_start_check as t
+    from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils._sglang import test_sglang_start_check as t
 
     target, draft = t.models(tmp_path / "models", drafter_len=4096)
     config = cfg.write(str(tmp_path), "kimi", t.config_text(target, draft))

@@ -16,7 +16,7 @@ import pytest
 from ansible_collections.gpufleet.llm.plugins.module_utils._bench import chat as _sglang_bench_chat
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import probe as _sglang_probe
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_probe
-from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.test_sglang_unit import JOURNAL, SECRET, FakeSystemd
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils._sglang.test_sglang_unit import JOURNAL, SECRET, FakeSystemd
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
 from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noqa: F401 pylint: disable=unused-import
     free_port, standin_factory)

@@ -12,7 +12,7 @@ import stat
 import pytest
 
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_stale
-from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.test_sglang_stale_verdict import SHOW, START_NS
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils._sglang.test_sglang_stale_verdict import SHOW, START_NS
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
 
 
