@@ -20,6 +20,8 @@ import sys
 import pytest
 import yaml
 
+pytestmark = pytest.mark.playbook  # runs a real ansible-playbook (tests/unit/conftest.py)
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 # A stdout callback that records every result as {plays: [{play: {name}, tasks: [{task: {name}, hosts:
@@ -27,8 +29,6 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 RECORDER = """
 import json
 from ansible.plugins.callback import CallbackBase
-
-pytestmark = pytest.mark.playbook  # runs a real ansible-playbook (tests/unit/conftest.py)
 
 
 class CallbackModule(CallbackBase):
