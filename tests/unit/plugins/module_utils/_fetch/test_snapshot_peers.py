@@ -18,6 +18,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as
 from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import peers as _peers
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import peerbook as _peerbook
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import run_result as _run_result
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import transfer as _transfer
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import peer_server
@@ -488,15 +489,15 @@ def test_same_content_under_two_paths_counts_its_bytes_once():
              (("a.safetensors", shard, True), ("copy/a.safetensors", shard, True), ("config.json", config, False))]
     for item in items:
         item.action = "fetch"
-    duplicates = _snapshot.same_bytes(items)
+    duplicates = _run_result.same_bytes(items)
     assert duplicates == {"copy/a.safetensors"}
     rows = [{"path": it.remote.path, "size": it.remote.size, "source": src}
             for it, src in zip(items, ("peer:gpu2", "peer:gpu2", "hub"))]
-    assert _snapshot.source_bytes(rows, duplicates) == {"bytes_from_hub": len(config), "bytes_from_peers": len(shard),
+    assert _run_result.source_bytes(rows, duplicates) == {"bytes_from_hub": len(config), "bytes_from_peers": len(shard),
                                                         "from_peers": {"gpu2": len(shard)}}
     # a path planned as present or linked moved nothing of its own either way
     items[0].action = "present"
-    assert _snapshot.same_bytes(items) == set()
+    assert _run_result.same_bytes(items) == set()
 
 
 def test_a_run_counts_a_duplicate_paths_bytes_once(lab_hub, seed, peers, tmp_path):
