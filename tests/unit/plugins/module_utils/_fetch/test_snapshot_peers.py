@@ -494,7 +494,7 @@ def test_same_content_under_two_paths_counts_its_bytes_once():
     rows = [{"path": it.remote.path, "size": it.remote.size, "source": src}
             for it, src in zip(items, ("peer:gpu2", "peer:gpu2", "hub"))]
     assert _run_result.source_bytes(rows, duplicates) == {"bytes_from_hub": len(config), "bytes_from_peers": len(shard),
-                                                        "from_peers": {"gpu2": len(shard)}}
+                                                          "from_peers": {"gpu2": len(shard)}}
     # a path planned as present or linked moved nothing of its own either way
     items[0].action = "present"
     assert _run_result.same_bytes(items) == set()
