@@ -17,6 +17,8 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._common import hashin
 from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
 from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import peers as _peers
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import peerbook as _peerbook
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import run_result as _run_result
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import transfer as _transfer
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import peer_server
@@ -392,14 +394,14 @@ def _no_hub_source(states):
              for i, (n, share) in enumerate((("gpu1", ["x.safetensors"]), ("gpu2", ["y.safetensors"]), ("gpu3", [])), 1)]
     source = _peers.PeerSource(peers, token=PEER_TOKEN, hub=None, hub_share=set(), wait_timeout=3600, timeout=1,
                                opener=None, log=lambda msg: None)
-    source.holders = lambda items: {item.remote.path: [] for item in items}
+    source.book.holders = lambda items: {item.remote.path: [] for item in items}
 
     def refresh(peer):
         if states.get(peer.name) is None:
-            source.drop(peer, "unreachable")
+            source.book.drop(peer, "unreachable")
         else:
             peer.state = states[peer.name]
-    source.refresh_status = refresh
+    source.book.refresh_status = refresh
     return source
 
 
@@ -429,10 +431,10 @@ def test_no_hub_takes_a_file_published_just_before_its_publisher_said_done():
         looks.append(len(looks))
         # the first look (before the statuses) finds nobody; gpu2 then publishes x and says done
         states["gpu2"] = "done"
-        return {item.remote.path: [source.peers[1]] if len(looks) > 2 else [] for item in items}
-    source.holders = holders
+        return {item.remote.path: [source.book.peers[1]] if len(looks) > 2 else [] for item in items}
+    source.book.holders = holders
     [(dummy, res)] = source.resolve([_Item("x.safetensors")])
-    assert res.origin == "peer:gpu2" and res.url.startswith(source.peers[1].url) and len(looks) == 3
+    assert res.origin == "peer:gpu2" and res.url.startswith(source.book.peers[1].url) and len(looks) == 3
 
 
 def test_no_hub_waits_for_a_hub_peer_with_an_empty_share():
@@ -447,11 +449,11 @@ def test_no_hub_waits_for_a_hub_peer_with_an_empty_share():
     states = {"gpu1": "failed", "gpu2": "fetching", "gpu3": "fetching"}
     source = _peers.PeerSource(peers, token=PEER_TOKEN, hub=None, hub_share=set(), wait_timeout=3600, timeout=1,
                                opener=None, log=lambda msg: None)
-    source.holders = lambda items: {item.remote.path: [] for item in items}
+    source.book.holders = lambda items: {item.remote.path: [] for item in items}
 
     def refresh(peer):
         peer.state = states[peer.name]
-    source.refresh_status = refresh
+    source.book.refresh_status = refresh
     [(dummy, res)] = source.resolve([_Item("x.safetensors")])
     assert res.wait and not res.final
     states["gpu2"] = "done"
@@ -487,15 +489,15 @@ def test_same_content_under_two_paths_counts_its_bytes_once():
              (("a.safetensors", shard, True), ("copy/a.safetensors", shard, True), ("config.json", config, False))]
     for item in items:
         item.action = "fetch"
-    duplicates = _snapshot.same_bytes(items)
+    duplicates = _run_result.same_bytes(items)
     assert duplicates == {"copy/a.safetensors"}
     rows = [{"path": it.remote.path, "size": it.remote.size, "source": src}
             for it, src in zip(items, ("peer:gpu2", "peer:gpu2", "hub"))]
-    assert _snapshot.source_bytes(rows, duplicates) == {"bytes_from_hub": len(config), "bytes_from_peers": len(shard),
-                                                        "from_peers": {"gpu2": len(shard)}}
+    assert _run_result.source_bytes(rows, duplicates) == {"bytes_from_hub": len(config), "bytes_from_peers": len(shard),
+                                                          "from_peers": {"gpu2": len(shard)}}
     # a path planned as present or linked moved nothing of its own either way
     items[0].action = "present"
-    assert _snapshot.same_bytes(items) == set()
+    assert _run_result.same_bytes(items) == set()
 
 
 def test_a_run_counts_a_duplicate_paths_bytes_once(lab_hub, seed, peers, tmp_path):
@@ -658,7 +660,7 @@ def test_a_peer_that_keeps_answering_429_is_dropped_after_its_retries_and_the_hu
     res = run(lab_hub, tmp_path / "d", connections=1, splits=1, max_tries=1,
               **peer_args(commit, shard, ("gpu2", busy), hub_share=[]))
     # the GETs that got their 429 (counted before the answer): one per round, PEER_RETRIES more rounds
-    assert 10 ** 6 - busy.failures_left == _peers.PEER_RETRIES + 1
+    assert 10 ** 6 - busy.failures_left == _peerbook.PEER_RETRIES + 1
     assert [d["name"] for d in res["peers_dropped"]] == ["gpu2"] and "429" in res["peers_dropped"][0]["reason"]
     assert [r["source"] for r in res["files"]] == ["hub"] and res["from_peers"] == {}
     assert_tree_verified(tmp_path / "d", shard)
@@ -681,7 +683,7 @@ def test_a_head_answered_503_is_asked_again_with_a_growing_backoff(seed, peers):
                  fail_first={"status": 503, "count": 2, "methods": ("HEAD",)})
     source, peer_list, waits = _live_source([("gpu2", busy)])
     item = _Item(SHARDS[0], size=entry["size"])
-    assert source.holders([item]) == {SHARDS[0]: peer_list}
+    assert source.book.holders([item]) == {SHARDS[0]: peer_list}
     assert waits == [1.0, 2.0] and source.dropped() == []
     assert busy.requests == 3 and busy.failures_left == 0
 
@@ -692,8 +694,8 @@ def test_a_head_that_stays_503_drops_the_peer_after_its_retries(seed, peers):
     busy = peers("gpu2", [SHARDS[0]], seed_dir, "127.0.0.3",
                  fail_first={"status": 503, "count": 10 ** 6, "methods": ("HEAD",)})
     source, peer_list, waits = _live_source([("gpu2", busy)])
-    assert source.holders([_Item(SHARDS[0], size=entry["size"])]) == {SHARDS[0]: []}
-    assert waits == [1.0, 2.0, 4.0] and busy.requests == _peers.PEER_RETRIES + 1
+    assert source.book.holders([_Item(SHARDS[0], size=entry["size"])]) == {SHARDS[0]: []}
+    assert waits == [1.0, 2.0, 4.0] and busy.requests == _peerbook.PEER_RETRIES + 1
     assert source.dropped() == [{"name": "gpu2", "reason": "HEAD %s: HTTP 503 (4 tries)" % SHARDS[0]}]
 
 
@@ -704,7 +706,7 @@ def test_a_peer_refusing_the_runs_token_is_dropped_at_once(seed, peers):
     stale = peers("gpu2", [SHARDS[0]], seed_dir, "127.0.0.3")
     stale.token = "the token of an earlier run"
     source, peer_list, waits = _live_source([("gpu2", stale)])
-    assert source.holders([_Item(SHARDS[0], size=entry["size"])]) == {SHARDS[0]: []}
+    assert source.book.holders([_Item(SHARDS[0], size=entry["size"])]) == {SHARDS[0]: []}
     assert waits == [] and stale.requests == 1
     assert source.dropped() == [{"name": "gpu2", "reason": "HEAD %s: HTTP 401" % SHARDS[0]}]
 
@@ -715,7 +717,7 @@ def test_a_status_read_answered_503_is_asked_again(seed, peers):
                  fail_first={"status": 503, "count": 1, "paths": [".gpufleet/peer-status.json"]})
     busy.status("fetching")
     source, peer_list, waits = _live_source([("gpu2", busy)], retry_wait=0)
-    source.refresh_status(peer_list[0])
+    source.book.refresh_status(peer_list[0])
     assert peer_list[0].state == "fetching" and source.dropped() == [] and waits == [0]
 
 
@@ -730,7 +732,7 @@ def test_a_status_read_answered_503_is_asked_again(seed, peers):
     ((3, "Resource not found", 404), False),
 ])
 def test_which_aria2_uri_errors_are_passing(error, passing):
-    assert _peers.passing_uri_error(*error) is passing
+    assert _peerbook.passing_uri_error(*error) is passing
 
 
 def test_a_passing_fault_on_a_failed_file_strikes_then_drops_and_a_placed_file_resets():
@@ -738,12 +740,12 @@ def test_a_passing_fault_on_a_failed_file_strikes_then_drops_and_a_placed_file_r
     item = _Item("x.safetensors")
     res = source._to_peers(item, peer_list)  # pylint: disable=protected-access
     timeout = {res.url: (2, "Timeout.", None)}
-    for strike in range(1, _peers.PEER_RETRIES + 1):
+    for strike in range(1, _peerbook.PEER_RETRIES + 1):
         assert source.settled(item, res, uri_errors=timeout, mismatch=False, failed=True) is True
         assert peer_list[0].strikes == strike and source.dropped() == []
     assert source.settled(item, res, uri_errors={}, mismatch=False, failed=False) is False
     assert peer_list[0].strikes == 0
-    for dummy in range(_peers.PEER_RETRIES + 1):
+    for dummy in range(_peerbook.PEER_RETRIES + 1):
         source.settled(item, res, uri_errors=timeout, mismatch=False, failed=True)
     assert [d["name"] for d in source.dropped()] == ["a"] and "rounds in a row" in source.dropped()[0]["reason"]
 
@@ -832,7 +834,7 @@ def test_a_hub_that_answers_a_file_only_with_the_token_stops_a_peer_fetch():
     peer_list = [_peers.Peer(name="a", url="http://10.0.0.1:8370/m/c/", share=frozenset())]
     source = _peers.PeerSource(peer_list, token=PEER_TOKEN, hub=Hub(), hub_share={"x.safetensors"}, wait_timeout=0,
                                timeout=1, opener=None, log=lambda msg: None, repo_id="org/gated")
-    source.holders = lambda items: {item.remote.path: [] for item in items}
+    source.book.holders = lambda items: {item.remote.path: [] for item in items}
     with pytest.raises(_snapshot.SnapshotError) as err:
         source.resolve([_Item("x.safetensors")])
     assert "org/gated needs the token" in err.value.msg and "peer_private" in err.value.msg

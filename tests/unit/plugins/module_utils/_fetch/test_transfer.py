@@ -16,6 +16,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import plan as _snapshot_plan
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import staging as _snapshot_staging
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import transfer as _transfer
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import rounds as _rounds
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import direct as _transfer_direct
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.errors import SnapshotError
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.progress import Progress, Timings
@@ -145,7 +146,7 @@ class Outcomes(object):
             sf.write(os.path.dirname(self.staged), os.path.basename(self.staged), data)
         if ctrl:
             sf.write(os.path.dirname(self.staged), os.path.basename(self.staged) + ".aria2", b"ctl")
-        _transfer._Round(self.transfer)._settle(self.item, outcome, hashed)  # pylint: disable=protected-access
+        _rounds.Round(self.transfer)._settle(self.item, outcome, hashed)  # pylint: disable=protected-access
         return self.transfer.errors.get("a.safetensors")
 
 
@@ -199,7 +200,7 @@ def test_a_file_touched_after_its_early_hash_is_hashed_again(tmp_path, monkeypat
     early = _snapshot_staging.hash_staged(o.staged, o.item.remote)
     o.hashed.clear()
     os.utime(o.staged, ns=(0, 10**9))
-    _transfer._Round(o.transfer)._settle(o.item, ok(), early)  # pylint: disable=protected-access
+    _rounds.Round(o.transfer)._settle(o.item, ok(), early)  # pylint: disable=protected-access
     assert o.hashed == [o.staged] and o.item.stat is not None
 
 

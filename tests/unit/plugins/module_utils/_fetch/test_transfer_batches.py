@@ -11,7 +11,7 @@ import hashlib
 
 from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
-from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import transfer as _transfer
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import rounds as _rounds
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import snapshot_files as sf
 
 TARGET = "gpufleet-lab/Kimi-K2.6-mini"
@@ -59,13 +59,13 @@ def _items(tmp_path, sizes):
 
 
 def test_batches_hold_parallel_files_large_files_and_small_ones_ride_along(tmp_path):
-    big = _transfer.SMALL_FILE + 1
+    big = _rounds.SMALL_FILE + 1
     items = _items(tmp_path, [10, big, big, 10, big, 10, big, big])
-    cut = _transfer.batches(items, 2)
+    cut = _rounds.batches(items, 2)
     assert [[items.index(i) for i in batch] for batch in cut] == [[0, 1, 2, 3], [4, 5, 6], [7]]
-    assert _transfer.batches(items, 0) == _transfer.batches(items, 1)
-    assert len(_transfer.batches(_items(tmp_path, [10, 10, 10]), 1)) == 1
-    assert _transfer.batches([], 4) == []
+    assert _rounds.batches(items, 0) == _rounds.batches(items, 1)
+    assert len(_rounds.batches(_items(tmp_path, [10, 10, 10]), 1)) == 1
+    assert _rounds.batches([], 4) == []
 
 
 # ----------------------------------------------------------------------------- lab Hub + aria2c
@@ -75,7 +75,7 @@ def test_later_batches_resolve_when_they_start_so_no_url_expires(lab_hub, aria2c
     living 6 s (the lab signs exp = int(now) + ttl, so >= 5 s): resolved up front, the 2nd and 3rd
     shards' URLs would be dead when aria2 reached them (403, a lost round); resolved per batch they
     are used within moments (5 s of headroom for aria2c to start on a loaded machine)."""
-    monkeypatch.setattr(_transfer, "SMALL_FILE", 1 << 20)  # the lab's shards are ~6 MB
+    monkeypatch.setattr(_rounds, "SMALL_FILE", 1 << 20)  # the lab's shards are ~6 MB
     lab_hub.config(cdn_url_ttl=6, rate_per_conn=600 * 1024)
     res = run(lab_hub, tmp_path / "d", allow_patterns=SHARDS, parallel_files=1, max_tries=3)
     dummy, files = lab_hub.files_at(TARGET, "main")

@@ -25,6 +25,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import plan as
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import progress as _snapshot_progress
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import staging as _snapshot_staging
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import transfer as _transfer
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import rounds as _rounds
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import direct as _transfer_direct
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import snapshot_files as sf
 
@@ -115,7 +116,7 @@ def test_direct_errors_and_retry_after_are_kept_by_the_round(tmp_path):
     source = GateSource(blobs, 3, fail={"mem://f2.json": _transfer.SourceError("GET: 429 slow down", 7.0)})
     transfer = direct_transfer(dest, items, source, 3)
     _snapshot_staging.make_staging(str(dest))
-    assert _transfer._Round(transfer).run() == 7.0  # pylint: disable=protected-access
+    assert _rounds.Round(transfer).run() == 7.0
     assert transfer.errors == {"f1.json": "downloaded bytes do not match the Hub's id", "f2.json": "GET: 429 slow down"}
     assert items[0].stat is not None and sorted(it.remote.path for it in transfer.pending.values()) == ["f1.json", "f2.json"]
     assert not os.path.exists(transfer.staged(items[1]))
@@ -185,7 +186,7 @@ def stalled_run(lab_hub, tmp_path, monkeypatch, until, **params):
     says True. Returns (result, tap)."""
     lab_hub.faults({"name": "stall-direct", "server": "api", "method": "GET", "path": "/resolve/.*/" + STALLED.replace(".", r"\.") + "$",
                     "action": "stall", "after_bytes": STALL_BYTES, "seconds": STALL_BOUND, "times": 1})
-    monkeypatch.setattr(_transfer, "PROGRESS_INTERVAL", 0.2)
+    monkeypatch.setattr(_rounds, "PROGRESS_INTERVAL", 0.2)
     taps = []
     real_opener = _hub.url_opener
 
