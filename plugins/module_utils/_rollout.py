@@ -32,9 +32,9 @@ def rank_groups(hosts: list[str], groups: dict[str, list[str]], multinode: Any, 
     come in the order of their first host in ``sorted(hosts)``.
     """
     if isinstance(hosts, (str, bytes)) or not isinstance(hosts, (list, tuple)):
-        raise RolloutError("rank_groups needs a list of host names; got %s" % type(hosts).__name__)
+        raise RolloutError("the hosts must be a list of host names; got %s" % type(hosts).__name__)
     if not isinstance(groups, dict):
-        raise RolloutError("rank_groups needs the inventory groups (a dict of group -> hosts); got %s" % type(groups).__name__)
+        raise RolloutError("the groups must be the inventory groups (a dict of group -> hosts); got %s" % type(groups).__name__)
     keep = None if within is None else set(within)
     seen: set[str] = set()
     servers = []
