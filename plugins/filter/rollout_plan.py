@@ -28,12 +28,22 @@ options:
     description: Servers per batch (C(gpufleet_serial)); values below 1 count as 1.
     type: int
     required: true
+  staged:
+    description:
+      - When given, O(_input) is the servers (each the list of its ranks, as gpufleet.llm.rank_groups returns them)
+        and this lists the hosts whose stage succeeded.
+    type: list
+    elements: str
 """
 
 EXAMPLES = r"""
 - name: Plan two servers per batch
   ansible.builtin.debug:
     msg: "{{ [{'name': 'gpu1', 'staged': true}, {'name': 'gpu2', 'staged': false}] | gpufleet.llm.rollout_plan(2) }}"
+
+- name: The same plan from servers and the hosts that staged
+  ansible.builtin.debug:
+    msg: "{{ [['gpu1'], ['gpu2']] | gpufleet.llm.rollout_plan(2, staged=['gpu1']) }}"
 """
 
 RETURN = r"""
@@ -49,10 +59,12 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.llm.plugins.module_utils import _rollout
 
 
-def rollout_plan(hosts: list, per_batch: int) -> dict:
+def rollout_plan(hosts: list, per_batch: int, staged: list | None = None) -> dict:
     if not isinstance(hosts, list):
         raise AnsibleFilterError("rollout_plan: expected a list of hosts, got %s" % type(hosts).__name__)
     try:
+        if staged is not None:
+            hosts = _rollout.hosts_of(hosts, staged)
         return _rollout.plan(hosts, per_batch=per_batch)
     except _rollout.RolloutError as exc:
         raise AnsibleFilterError("rollout_plan: %s" % exc)

@@ -105,7 +105,8 @@ def _playbooks(tmp_path) -> None:
         (tmp_path / book).write_text(json.dumps(plays))
 
 
-def _run(tmp_path, *, serial: int, stage_fail=(), roll_fail=(), multinode=(), limit=None, extra_vars=None, args=()):
+def _run(tmp_path, *, serial: int, stage_fail=(), roll_fail=(), multinode=(), limit=None, extra_vars=None, args=(),
+         pattern_mismatch="warning"):
     hosts = ["gpu1", "gpu2", "gpu3"]
     lines = ["[gpu_nodes]"] + ["%s ansible_connection=local ansible_python_interpreter=%s" % (h, sys.executable) for h in hosts]
     if multinode:
@@ -115,11 +116,11 @@ def _run(tmp_path, *, serial: int, stage_fail=(), roll_fail=(), multinode=(), li
     (tmp_path / "callbacks").mkdir()
     (tmp_path / "callbacks" / "recorder.py").write_text(RECORDER)
     collections = os.path.dirname(os.path.dirname(os.path.dirname(ROOT)))
-    # Ansible's default host_pattern_mismatch (warning), which ansible-test sets to error: a limit naming
-    # gpufleet_markers (added by the run) and a pattern matching no host are cases these tests run on purpose
+    # Ansible's default host_pattern_mismatch (warning) unless a test asks for error (ansible-test sets it): a
+    # limit naming gpufleet_markers (added by the run) and a pattern matching no host are cases run on purpose
     env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING="False", ANSIBLE_COLLECTIONS_PATH=collections,
                ANSIBLE_STDOUT_CALLBACK="recorder", ANSIBLE_CALLBACK_PLUGINS=str(tmp_path / "callbacks"),
-               ANSIBLE_RETRY_FILES_ENABLED="False", ANSIBLE_HOST_PATTERN_MISMATCH="warning")
+               ANSIBLE_RETRY_FILES_ENABLED="False", ANSIBLE_HOST_PATTERN_MISMATCH=pattern_mismatch)
     extra = {"gpufleet_serial": serial, "stage_fail": list(stage_fail), "roll_fail": list(roll_fail)}
     extra.update(extra_vars or {})
     argv = [sys.executable, "-m", "ansible.cli.playbook", "-i", str(tmp_path / "inventory.ini"),
@@ -260,3 +261,22 @@ def test_gpufleet_hosts_as_a_comma_list_rolls_every_host_it_names(tmp_path):
     assert rc == 0, _summary(out)
     assert _ran(out, "Stand in for the restart") == ["gpu1", "gpu2"]
     assert _summary(out) == ["moved: %s -> kimi@cccccccccccc" % h for h in ("gpu1", "gpu2")]
+
+
+@pytest.mark.parametrize("stage_fail, multinode", [
+    (("gpu1", "gpu2", "gpu3"), ()),          # every host failed its stage: the planner play has no host left
+    (("gpu1", "gpu3"), ("gpu2", "gpu3")),    # gpu2 staged, but its server did not: nothing to roll
+])
+def test_no_server_staged_still_gives_the_summary_under_host_pattern_mismatch_error(tmp_path, stage_fail, multinode):
+    # issue 21 item 5(a): with host_pattern_mismatch=error (ansible-test's setting) an empty roll group
+    # (no batch) made Ansible end the run before the summary: the planner always lines up the first
+    # marker, and a roll of the marker alone does nothing
+    rc, out = _run(tmp_path, serial=1, stage_fail=stage_fail, multinode=multinode, pattern_mismatch="error")
+    assert rc == 2, out  # the summary's own failure (servers stayed), not Ansible's pattern error (rc 1)
+    assert _ran(out, "Stand in for the switch") == []
+    assert _ran(out, "Stand in for the restart") == []
+    stayed = _summary(out)
+    assert len(stayed) == (3 if not multinode else 2)
+    assert all(line.startswith("stayed on the old revision: ") and "stage failed on" in line for line in stayed)
+    fail = _task_results(out, "Summary of the roll", "Fail the run when a server did not move")
+    assert fail[0][1]["msg"].startswith("%d of %d servers stayed on the old revision" % (len(stayed), len(stayed)))

@@ -48,13 +48,20 @@ def test_role_passes_the_admin_key_everywhere_the_api_key_goes():
     for name in ("configure.yml", "preflight.yml"):
         secrets = [args["secrets"] for args in _task_args(name, "gpufleet.llm.sglang_config") if "secrets" in args]
         assert len(secrets) == 1 and "sglang_admin_api_key" in secrets[0] and "'admin-api-key'" in secrets[0], name
-    probes = _task_args("probe.yml", "gpufleet.llm.sglang_probe")
-    assert probes and all("sglang_admin_api_key" in args["admin_api_key"] for args in probes)
+    # the probes' shared arguments (vars/main.yml, given as module_defaults by probe.yml and baseline.yml)
+    import yaml
+    with open(os.path.join(ROOT, "roles", "sglang", "vars", "main.yml")) as handle:
+        shared = yaml.safe_load(handle)["_sglang_probe_args"]
+    assert "sglang_admin_api_key" in shared["admin_api_key"] and "sglang_api_key" in shared["api_key"]
+    for name in ("probe.yml", "baseline.yml"):
+        probes = _task_args(name, "gpufleet.llm.sglang_probe")
+        assert any(isinstance(args, str) and "_sglang_probe_args" in args for args in probes), name
+        # no call overrides the shared keys with something else
+        assert all("admin_api_key" not in args for args in probes if isinstance(args, dict)), name
     rollback = _task_args("rollback.yml", "gpufleet.llm.sglang_probe")
     assert rollback and all("'admin-api-key'" in args["admin_api_key"] for args in rollback)
-    for module in ("gpufleet.llm.sglang_probe", "gpufleet.llm.sglang_bench"):
-        defaults = [args for args in _task_args("baseline.yml", module) if "url" in args]
-        assert defaults and all("sglang_admin_api_key" in args["admin_api_key"] for args in defaults), module
+    defaults = [args for args in _task_args("baseline.yml", "gpufleet.llm.sglang_bench") if "url" in args]
+    assert defaults and all("sglang_admin_api_key" in args["admin_api_key"] for args in defaults)
 
 
 def test_configured_admin_key_is_in_the_0640_config_and_masked_in_the_diff(tmp_path):

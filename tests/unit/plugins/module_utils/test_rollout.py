@@ -70,3 +70,85 @@ def test_summary_of_a_good_roll_and_of_a_multi_node_server():
     assert result["stayed"][0]["why"] == "its batch failed on gpu3"
     assert result["stayed"][1]["why"] == "not rolled: the run ended before its batch"
     assert _rollout.summary([["gpu1"]], {"gpu1": flags["gpu1"]})["ok"]
+
+
+# The batch lineup, its sizes against --limit and the rank grouping (issue 21 item 4): stage.yml and
+# deploy.yml call these through gpufleet.llm.rollout_lineup / rollout_serial / rank_groups.
+
+def test_lineup_opens_each_batch_with_its_marker():
+    assert _rollout.lineup([["gpu1"], ["gpu2", "gpu3"]], "gpufleet-roll-batch") == [
+        {"name": "gpufleet-roll-batch-1", "marker": True, "batch": 1},
+        {"name": "gpu1", "marker": False, "batch": 1},
+        {"name": "gpufleet-roll-batch-2", "marker": True, "batch": 2},
+        {"name": "gpu2", "marker": False, "batch": 2},
+        {"name": "gpu3", "marker": False, "batch": 2},
+    ]
+
+
+def test_lineup_without_a_batch_still_holds_the_first_marker():
+    # issue 21 item 5(a): an empty roll group ends a run under host_pattern_mismatch=error
+    assert _rollout.lineup([], "gpufleet-roll-batch") == [{"name": "gpufleet-roll-batch-1", "marker": True, "batch": 1}]
+
+
+def test_lineup_refuses_what_the_playbook_never_builds():
+    for batches, prefix, message in ((["gpu1"], "p", "batch 1 must be a list"), ("gpu1", "p", "must be a list of host lists"),
+                                     ([["gpu1"]], "", "need a name prefix")):
+        try:
+            _rollout.lineup(batches, prefix)
+        except _rollout.RolloutError as exc:
+            assert message in str(exc)
+        else:
+            raise AssertionError("accepted %r" % (batches,))
+
+
+def test_serial_counts_a_marker_only_when_the_limit_admits_it():
+    line = _rollout.lineup([["gpu1"], ["gpu2", "gpu3"], ["gpu4"]], "m")
+    everything = [row["name"] for row in line]
+    assert _rollout.serial(line, everything) == [2, 3, 2]
+    # --limit gpu1,gpu2,gpu3,gpu4,localhost: no marker in the play
+    assert _rollout.serial(line, ["gpu1", "gpu2", "gpu3", "gpu4", "localhost"]) == [1, 2, 1]
+    # the first marker named alone
+    assert _rollout.serial(line, ["m-1", "gpu1", "gpu2", "gpu3", "gpu4"]) == [2, 2, 1]
+    # the lineup of no batch: its marker, when admitted
+    assert _rollout.serial(_rollout.lineup([], "m"), ["m-1"]) == [1]
+    assert _rollout.serial(_rollout.lineup([], "m"), []) == [0]
+
+
+def test_serial_refuses_a_lineup_without_batch_numbers():
+    for hosts, in_limit, message in (([{"name": "gpu1"}], [], "needs a name and a batch number"), ([], "gpu1", "must be a list")):
+        try:
+            _rollout.serial(hosts, in_limit)
+        except _rollout.RolloutError as exc:
+            assert message in str(exc)
+        else:
+            raise AssertionError("accepted %r" % (hosts,))
+
+
+def test_rank_groups_makes_servers_of_the_multinode_groups():
+    groups = {"all": ["gpu1", "gpu2", "gpu3", "gpu4"], "mn": ["gpu3", "gpu2"]}
+    multinode = {"gpu2": "mn", "gpu3": "mn"}
+    assert _rollout.rank_groups(["gpu4", "gpu3", "gpu1", "gpu2"], groups, multinode) == [["gpu1"], ["gpu2", "gpu3"], ["gpu4"]]
+    # within: the ranks in the play only (a --limit on gpu2 keeps gpu3 out of its server's ranks)
+    assert _rollout.rank_groups(["gpu1", "gpu2"], groups, multinode, within=["gpu1", "gpu2"]) == [["gpu1"], ["gpu2"]]
+    # one group name for every host (the sglang role's own host), an empty one, one that is no group
+    assert _rollout.rank_groups(["gpu3"], groups, "mn") == [["gpu2", "gpu3"]]
+    assert _rollout.rank_groups(["gpu3"], groups, "") == [["gpu3"]]
+    assert _rollout.rank_groups(["gpu3"], groups, "nosuchgroup") == [["gpu3"]]
+
+
+def test_rank_groups_refuses_a_host_outside_its_own_group():
+    try:
+        _rollout.rank_groups(["gpu1"], {"mn": ["gpu2", "gpu3"]}, {"gpu1": "mn"})
+    except _rollout.RolloutError as exc:
+        assert "host gpu1 is not in its multi-node group mn (gpu2, gpu3)" in str(exc)
+    else:
+        raise AssertionError("a host outside its group was accepted")
+
+
+def test_a_plan_from_servers_is_the_plan_from_hosts():
+    servers = [["gpu1"], ["gpu2", "gpu3"], ["gpu4"]]
+    hosts = _rollout.hosts_of(servers, ["gpu1", "gpu2", "gpu4"])
+    assert hosts[1] == {"name": "gpu2", "ranks": ["gpu2", "gpu3"], "staged": True}
+    result = _rollout.plan(hosts, per_batch=1)
+    assert result["batches"] == [["gpu1"], ["gpu4"]]
+    assert "gpu2, gpu3: not staged on gpu3" in result["left_out"][0]
