@@ -52,7 +52,8 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.errors import 
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.transfer import Resolution
 
 STATUS_FILE = "peer-status.json"
-STATES = ("fetching", "done", "failed")
+# "started": the role claimed this host's status for a run (peer_run) before its fetch starts.
+STATES = ("started", "fetching", "done", "failed")
 # Between two looks at the peers while files wait for their owners: short, so a published file is
 # taken soon; bounded, so the peers are not hammered. Nothing waits on its exact length.
 POLL_PAUSE = 1.0
@@ -82,9 +83,11 @@ class Peer:
     dropped: str | None = None
     # files aria2 could not get from it in a row because of passing faults (a placed file resets it)
     strikes: int = 0
+    # the run id its peer-status must carry (peer_run); None: any, and no status yet means "not started yet"
+    run: str | None = None
 
 
-def parse_peers(raw: Sequence[Any] | None) -> list[Peer]:
+def parse_peers(raw: Sequence[Any] | None, run: str | None = None) -> list[Peer]:
     """``peers`` as Peer objects; SnapshotError naming the bad entry and the fix."""
     peers = []
     for index, entry in enumerate(raw or []):
@@ -105,15 +108,17 @@ def parse_peers(raw: Sequence[Any] | None) -> list[Peer]:
         if not isinstance(hub, bool):
             raise SnapshotError("peers entry %d (%s): hub must be true or false (whether that peer has Hub access), got %s"
                                 % (index, name, _hub.shown(hub)))
-        peers.append(Peer(name=name, url=url, share=frozenset(share), hub=hub))
+        peers.append(Peer(name=name, url=url, share=frozenset(share), hub=hub, run=run))
     return peers
 
 
-def write_status(dest: str, state: str, failed: Sequence[str] = ()) -> None:
-    """``<dest>/.gpufleet/peer-status.json``, atomically: what the peers read about this run."""
+def write_status(dest: str, state: str, failed: Sequence[str] = (), run: str | None = None) -> None:
+    """``<dest>/.gpufleet/peer-status.json``, atomically: what the peers read about this run (``run``: its id)."""
     os.makedirs(_manifest.meta_dir(dest), exist_ok=True)
-    _manifest.atomic_write_json(os.path.join(_manifest.meta_dir(dest), STATUS_FILE),
-                                {"state": state, "failed": sorted(failed)})
+    status: dict[str, Any] = {"state": state, "failed": sorted(failed)}
+    if run is not None:
+        status["run"] = run
+    _manifest.atomic_write_json(os.path.join(_manifest.meta_dir(dest), STATUS_FILE), status)
 
 
 def peer_opener(validate_certs: bool = True, ca_path: str | None = None) -> urllib.request.OpenerDirector:
@@ -232,7 +237,11 @@ class PeerSource(object):
             return peer, path, False, _gone(exc) + _tries(exc)
 
     def refresh_status(self, peer: Peer) -> None:
-        """The owner's peer-status: 404 means its server is up and its run has not started yet."""
+        """The owner's peer-status: 404 means its server is up and its run has not started yet.
+
+        With the run's id (``peer.run``: the role claims every host's status, "started", before any of
+        them fetches), a 404 or another run's status means this host's stage of this run never started
+        or failed before its fetch: the peer is gone (dropped) at once, not waited for."""
 
         def read() -> bytes:
             with self._request(peer.url + "%s/%s" % (_manifest.META_DIR, STATUS_FILE), "GET") as resp:
@@ -241,7 +250,9 @@ class PeerSource(object):
         try:
             raw = self._asked_again(peer, "peer-status", read)
         except urllib.error.HTTPError as exc:
-            if exc.code == 404:
+            if exc.code == 404 and peer.run is not None:
+                self.drop(peer, "its stage of this run never started (no peer-status of run %s)" % peer.run)
+            elif exc.code == 404:
                 peer.state = "unknown"
             else:
                 self.drop(peer, "peer-status: HTTP %d%s" % (exc.code, _tries(exc)))
@@ -256,7 +267,12 @@ class PeerSource(object):
         if not isinstance(status, dict) or status.get("state") not in STATES or not isinstance(status.get("failed", []), list):
             self.drop(peer, "peer-status is not a peer-status file")
             return
-        peer.state = status["state"]
+        if peer.run is not None and status.get("run") != peer.run:
+            self.drop(peer, "its stage of this run never started or failed before its fetch (its peer-status is of run %s, "
+                            "not %s)" % (_hub.shown(status.get("run")), peer.run))
+            return
+        # "started": claimed for this run, the fetch is about to write "fetching": waited for like a run not started yet
+        peer.state = "unknown" if status["state"] == "started" else status["state"]
         peer.failed = frozenset(p for p in status.get("failed", []) if isinstance(p, str))
 
     def holders(self, items: Sequence[Any]) -> dict[str, list[Peer]]:
