@@ -181,10 +181,10 @@ class ActionModule(ActionBase):
             gone = gone + 1 if running and verdict == "gone" else 0
             if gone >= _GONE_POLLS:
                 raise AnsibleActionFail(
-                    "job %s was killed without a trace: no process of it is left on the host (no async_wrapper "
-                    "process with %s in its command line) and its results file %s still says it is running, at %d "
-                    "polls in a row; the job will never end. Look at the host's kernel log (journalctl -k: the OOM "
-                    "killer, a kill -9 of its process group) and its uptime (a reboot)"
+                    "job %s was killed without a trace: its async_wrapper is gone from the host (no process with %s "
+                    "in its command line) and its results file %s still says it is running, at %d polls in a row; "
+                    "nothing will ever record its end. Look at the host's kernel log (journalctl -k: the OOM killer, "
+                    "a kill -9 of its process group) and its uptime (a reboot)"
                     % (args["jid"], arg, results_file, gone))
             if not running:
                 # the results file is no placeholder any more: async_status judges (ended, failed, or

@@ -67,7 +67,7 @@ def claim(settings: Settings, *, check_mode: bool = False) -> dict[str, Any]:
             raise SnapshotError("cannot tell the peers this host's fetch of %s starts: %s (its status stays that run's)"
                                 % (settings.repo_id, exc))
     return {"changed": False, "claimed": settings.peer_run, "dest": settings.dest,
-            "msg": "%s: peer-status of run %s says started" % (settings.dest, settings.peer_run)}
+            "msg": "%s: peer-status of run %s %s started" % (settings.dest, settings.peer_run, "would say" if check_mode else "says")}
 
 
 def claimed_run_failed(settings: Settings | None, not_a_fetch: bool) -> None:
