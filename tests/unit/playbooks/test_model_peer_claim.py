@@ -31,7 +31,7 @@ from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures i
 pytestmark = pytest.mark.playbook  # runs a real ansible-playbook (tests/unit/conftest.py)
 
 MODEL_YML = os.path.join(ROOT, "roles", "model", "tasks", "model.yml")
-CLAIM = "Tell the peers this host's fetch of {{ _model_item.name }} starts"
+CLAIM = "Tell the peers this host's fetch starts, {{ _model_item.name }}"
 HOSTS = ("gpu1", "gpu2", "gpu3")
 
 
