@@ -25,6 +25,17 @@ description:
     this task's result (a failed job fails the task with the job's message).
   - Gives up (fails) when the job has not ended O(timeout) seconds after it started, plus a grace
     period in which C(async_wrapper) records its own timeout.
+  - Fails at once when the job was killed without a trace (C(kill -9) of its process group, the OOM killer,
+    a reboot), which leaves its results file saying it is running for ever. Each poll first looks for the
+    job's C(async_wrapper) processes in C(/proc/*/cmdline) (one C(grep -a) under C(timeout 10); no procps
+    needed) and then reads the results file; a job that ends writes its result before its processes exit,
+    so no process and then a results file that still says running, at two polls in a row, means the job
+    is gone. The message names the job id, its results file and where to look (C(journalctl -k)).
+  - That look counts as alive whatever it cannot tell, so it never fails a live job - no C(/proc), no
+    C(grep) or C(timeout), a look that did not find the poll's own shell command line (the proof that
+    C(/proc) and C(grep) work there), a read of C(/proc) that hung, or a job id not of
+    C(async_wrapper)'s shape (mitogen's own async, for example): such a job is followed until O(timeout)
+    as before.
   - With C(no_log) on the task, each poll prints only that it happened, not the job's line.
 author:
   - gpufleet.llm contributors (@gpufleet)
@@ -64,6 +75,8 @@ options:
     type: str
     default: waiting for the first progress report
 notes:
+  - The job must run as the same user as this task's polls (the same C(become)), as it does when both
+    tasks share their connection settings.
   - The lines are printed on the controller's output as C([host] line); they are not part of the result.
 seealso:
   - module: ansible.builtin.async_status

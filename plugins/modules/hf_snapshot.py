@@ -304,14 +304,35 @@ options:
         which O(peer_private) then has to allow.
     type: bool
     default: false
+  peer_run:
+    description:
+      - The id of this run's peer exchange (the model role's run id; 1 to 64 letters, digits, C(_) or C(-)). Every
+        peer status this run writes carries it as C(run).
+      - With O(peers), a peer whose server answers no peer status, or one of another run, counts as gone at once
+        (dropped; its share comes from another peer or the Hub) instead of being waited for up to
+        O(peer_wait_timeout). So every host of the run must claim its status (O(peer_claim)) before any of them
+        fetches, as the gpufleet.llm.model role does; without O(peer_run) no status yet means "not started yet".
+    type: str
+  peer_claim:
+    description:
+      - Only claim C(dest/.gpufleet/peer-status.json) for run O(peer_run) - C(state) C(started) - and return;
+        nothing is listed or fetched (the other options are checked as for the fetch). Run before the fetch so
+        that the peers tell "about to fetch" (wait) from "never started" (gone).
+      - Written only while holding O(dest)'s lock, taken without waiting - another run holding it fails this
+        call, naming the lock, and that run's status stays - and never through a symlinked C(.gpufleet).
+      - A fetch with O(peer_run) that then fails before it holds the lock turns this claim into C(failed) (only
+        this run's C(started), a compare-and-swap on the run id), so the peers stop waiting for its share.
+    type: bool
+    default: false
 requirements:
   - huggingface_hub >= 1.0 (the gpufleet.llm.model role installs it into its tools venv)
   - aria2c on the host
 notes:
   - Ansible forbids C(async) in check mode; check mode runs synchronously and writes nothing.
   - With O(peers) given (even empty), C(dest/.gpufleet/peer-status.json) says this run's state to the peers
-    (C(state) C(fetching), C(done) or C(failed), and C(failed), the paths that failed), written atomically at the
-    start, the end and on a failure; M(gpufleet.llm.peer_serve) exposes only that file of C(.gpufleet).
+    (C(state) C(fetching), C(done) or C(failed), and C(failed), the paths that failed; C(run), O(peer_run), when
+    given; C(started) from O(peer_claim)), written atomically at the start, the end and on a failure;
+    M(gpufleet.llm.peer_serve) exposes only that file of C(.gpufleet).
   - Check mode with O(peers) reports each file's planned RV(files[].source) without asking any peer.
 seealso:
   - name: gpufleet.llm.model role
@@ -405,6 +426,11 @@ peers_dropped:
   returned: success
   type: list
   elements: dict
+claimed:
+  description: With O(peer_claim), the run id the peer status now says C(started) for.
+  returned: when O(peer_claim) is true
+  type: str
+  sample: k3v9x0qa
 bytes_fetched:
   description: File bytes fetched by this run.
   returned: success

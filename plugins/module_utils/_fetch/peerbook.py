@@ -40,7 +40,8 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import man
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.errors import backoff
 
 STATUS_FILE = "peer-status.json"
-STATES = ("fetching", "done", "failed")
+# "started": the role claimed this host's status for a run (peer_run) before its fetch starts.
+STATES = ("started", "fetching", "done", "failed")
 HEAD_THREADS = 8
 # A peer-status file is a few paths; anything bigger is not one.
 MAX_STATUS_BYTES = 4 << 20
@@ -66,6 +67,8 @@ class Peer:
     dropped: str | None = None
     # files aria2 could not get from it in a row because of passing faults (a placed file resets it)
     strikes: int = 0
+    # the run id its peer-status must carry (peer_run); None: any, and no status yet means "not started yet"
+    run: str | None = None
 
 
 def _gone(exc: BaseException) -> str:
@@ -177,7 +180,11 @@ class PeerBook(object):
             return peer, path, False, _gone(exc) + _tries(exc)
 
     def refresh_status(self, peer: Peer) -> None:
-        """The owner's peer-status: 404 means its server is up and its run has not started yet."""
+        """The owner's peer-status: 404 means its server is up and its run has not started yet.
+
+        With the run's id (``peer.run``: the role claims every host's status, "started", before any of
+        them fetches), a 404 or another run's status means this host's stage of this run never started
+        or failed before its fetch: the peer is gone (dropped) at once, not waited for."""
 
         def read() -> bytes:
             with self._request(peer.url + "%s/%s" % (_manifest.META_DIR, STATUS_FILE), "GET") as resp:
@@ -186,7 +193,9 @@ class PeerBook(object):
         try:
             raw = self._asked_again(peer, "peer-status", read)
         except urllib.error.HTTPError as exc:
-            if exc.code == 404:
+            if exc.code == 404 and peer.run is not None:
+                self.drop(peer, "its stage of this run never started (no peer-status of run %s)" % peer.run)
+            elif exc.code == 404:
                 peer.state = "unknown"
             else:
                 self.drop(peer, "peer-status: HTTP %d%s" % (exc.code, _tries(exc)))
@@ -201,7 +210,12 @@ class PeerBook(object):
         if not isinstance(status, dict) or status.get("state") not in STATES or not isinstance(status.get("failed", []), list):
             self.drop(peer, "peer-status is not a peer-status file")
             return
-        peer.state = status["state"]
+        if peer.run is not None and status.get("run") != peer.run:
+            self.drop(peer, "its stage of this run never started or failed before its fetch (its peer-status is of run %s, "
+                            "not %s)" % (_hub.shown(status.get("run")), peer.run))
+            return
+        # "started": claimed for this run, the fetch is about to write "fetching": waited for like a run not started yet
+        peer.state = "unknown" if status["state"] == "started" else status["state"]
         peer.failed = frozenset(p for p in status.get("failed", []) if isinstance(p, str))
 
     def holders(self, items: Sequence[Any]) -> dict[str, list[Peer]]:

@@ -47,7 +47,7 @@ POLL_PAUSE = 1.0
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,100}$")
 
 
-def parse_peers(raw: Sequence[Any] | None) -> list[Peer]:
+def parse_peers(raw: Sequence[Any] | None, run: str | None = None) -> list[Peer]:
     """``peers`` as Peer objects; SnapshotError naming the bad entry and the fix."""
     peers = []
     for index, entry in enumerate(raw or []):
@@ -68,15 +68,17 @@ def parse_peers(raw: Sequence[Any] | None) -> list[Peer]:
         if not isinstance(hub, bool):
             raise SnapshotError("peers entry %d (%s): hub must be true or false (whether that peer has Hub access), got %s"
                                 % (index, name, _hub.shown(hub)))
-        peers.append(Peer(name=name, url=url, share=frozenset(share), hub=hub))
+        peers.append(Peer(name=name, url=url, share=frozenset(share), hub=hub, run=run))
     return peers
 
 
-def write_status(dest: str, state: str, failed: Sequence[str] = ()) -> None:
-    """``<dest>/.gpufleet/peer-status.json``, atomically: what the peers read about this run."""
+def write_status(dest: str, state: str, failed: Sequence[str] = (), run: str | None = None) -> None:
+    """``<dest>/.gpufleet/peer-status.json``, atomically: what the peers read about this run (``run``: its id)."""
     os.makedirs(_manifest.meta_dir(dest), exist_ok=True)
-    _manifest.atomic_write_json(os.path.join(_manifest.meta_dir(dest), STATUS_FILE),
-                                {"state": state, "failed": sorted(failed)})
+    status: dict[str, Any] = {"state": state, "failed": sorted(failed)}
+    if run is not None:
+        status["run"] = run
+    _manifest.atomic_write_json(os.path.join(_manifest.meta_dir(dest), STATUS_FILE), status)
 
 
 def peer_opener(validate_certs: bool = True, ca_path: str | None = None) -> urllib.request.OpenerDirector:

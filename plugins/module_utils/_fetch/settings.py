@@ -75,6 +75,8 @@ def argument_spec() -> dict[str, dict[str, Any]]:
         # when the operator says so; listing_token_required: the resolve_only run behind listing needed it.
         peer_private=dict(type="bool", default=False),
         listing_token_required=dict(type="bool", default=False),
+        # Issue 21 item 5c: the id of this run's peer exchange, carried by every peer-status it writes
+        peer_run=dict(type="str"),
     )
 
 
@@ -116,6 +118,7 @@ class Settings:
     peer_wait_timeout: int
     peer_private: bool
     listing_token_required: bool
+    peer_run: str | None
     # What the manifest records and messages name: endpoint, else HF_ENDPOINT, else the public Hub.
     endpoint_url: str
 
@@ -183,6 +186,9 @@ def _check_peer_options(values: Mapping[str, Any]) -> None:
                             "with Hub access): without it this host cannot know what to fetch")
     if values["peers"] and not values["peer_token"]:
         raise SnapshotError("peers needs peer_token (the secret the peers' servers require)")
+    if values["peer_run"] is not None and not re.match(r"^[A-Za-z0-9_-]{1,64}$", values["peer_run"]):
+        raise SnapshotError("peer_run must be 1 to 64 letters, digits, _ or - (the id of this run's peer exchange), got %r"
+                            % values["peer_run"])
 
 
 def _check_repo_id(repo_id: Any) -> None:

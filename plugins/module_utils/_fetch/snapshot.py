@@ -36,6 +36,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import claim as _claim
 from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
 from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
 from ansible_collections.gpufleet.llm.plugins.module_utils._common import paths as _paths
@@ -90,6 +91,8 @@ def argument_spec() -> dict[str, dict[str, Any]]:
     like check mode: not a setting of the fetch, so not part of Settings)."""
     spec = settings_spec()
     spec["resolve_only"] = dict(type="bool", default=False)
+    # The same call style: only claim dest's peer-status for run peer_run ("started"), before the fetch
+    spec["peer_claim"] = dict(type="bool", default=False)
     return spec
 
 
@@ -102,13 +105,18 @@ def snapshot(params: Mapping[str, Any], check_mode: bool = False,
     check mode reports what would fail a real run (disk space, aria2c).
     """
     token = _hub.host_token(params.get("token"))
+    settings = None
     try:
-        run = Run(Settings.from_params(params), token=token, check_mode=check_mode, log=log,
+        settings = Settings.from_params(params)
+        if params.get("peer_claim"):
+            return _claim.claim(settings, check_mode=check_mode)
+        run = Run(settings, token=token, check_mode=check_mode, log=log,
                   resolve_only=bool(params.get("resolve_only")), warn=warn)
         return run.go()
     except SnapshotError as exc:
         exc.mask(token)
         exc.mask(params.get("peer_token"))
+        _claim.claimed_run_failed(settings, check_mode or bool(params.get("resolve_only") or params.get("peer_claim")))
         raise
     except OSError as exc:
         # What the filesystem refused that no check above foresaw (a file where dest needs a folder,
@@ -156,7 +164,7 @@ class Run(object):
         self.listing = RunListing(settings, token=token, log=self.log, timings=self.timings)
         self.aria2c_path = find_aria2c(settings.aria2c)
         # None: no peer fetching at all (no peer-status file either); [] : a fleet of one
-        self.peers = _peers.parse_peers(settings.peers) if settings.peers is not None else None
+        self.peers = _peers.parse_peers(settings.peers, run=settings.peer_run) if settings.peers is not None else None
         # hub_share's default: everything for a fleet of one (or no peers option), nothing with peers
         self.hub_share = (set(settings.hub_share) if settings.hub_share is not None
                           else (set() if self.peers else None))
@@ -164,7 +172,7 @@ class Run(object):
     def _status(self, state: str, failed: Sequence[str] = ()) -> None:
         """The peer-status file the other hosts read; written only when this run fetches with peers."""
         if self.peers is not None and not self.check_mode and not self.resolve_only:
-            _peers.write_status(self.dest, state, failed)
+            _peers.write_status(self.dest, state, failed, run=self.settings.peer_run)
 
     def go(self) -> dict[str, Any]:
         if self.resolve_only:
