@@ -27,7 +27,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._peerserve import cle
 from ansible_collections.gpufleet.llm.plugins.module_utils._peerserve import nginx as _peer_nginx
 from ansible_collections.gpufleet.llm.plugins.module_utils._common import secrets as _secrets
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
-from ansible_collections.gpufleet.llm.plugins.module_utils._sglang.unit import RunCommand, parse_show
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.systemd import RunCommand, parse_show
 
 PEER_UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID")
 # Only file bytes count: error pages (401, 404) are not what a peer came for.
