@@ -43,8 +43,7 @@ from typing import Any, Callable
 from urllib import parse as _urlparse
 
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import accept as _accept
-from ansible_collections.gpufleet.llm.plugins.module_utils._bench import bench as _bench
-from ansible_collections.gpufleet.llm.plugins.module_utils._bench import chat as _chat
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import chat as _chat
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import client as _http
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import unit as _unit
 from ansible_collections.gpufleet.llm.plugins.module_utils._common import systemd as _systemd
@@ -84,7 +83,7 @@ def argument_spec() -> dict[str, dict[str, Any]]:
         accept_max_new_tokens=dict(type="int", default=256, no_log=False),  # a token count, not a secret
         accept_min_tokens=dict(type="int", default=1024, no_log=False),  # a token count, not a secret
         accept_api=dict(type="str", choices=list(_chat.APIS), default="auto"),
-        accept_temperature=dict(type="float", default=_bench.DEFAULT_TEMPERATURE),
+        accept_temperature=dict(type="float", default=_chat.DEFAULT_TEMPERATURE),
         unit=dict(type="str"),
         validate_certs=dict(type="bool", default=True),
         ca_path=dict(type="path"),
