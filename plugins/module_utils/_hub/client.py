@@ -67,6 +67,7 @@ class HubHTTPConfig(collections.namedtuple("HubHTTPConfig", ["proxy", "validate_
         return "HubHTTPConfig(proxy=%s, validate_certs=%r, ca_path=%r, timeout=%r)" % (
             "<set>" if self.proxy else None, self.validate_certs, self.ca_path, self.timeout)
 
+
 class HubTLSError(OSError):
     """The endpoint's TLS certificate was refused (or the handshake failed): says which option fixes it."""
 

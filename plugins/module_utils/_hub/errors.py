@@ -32,7 +32,6 @@ def backoff(retry_wait: float, attempt: int) -> float:
     return min(MAX_BACKOFF, retry_wait * 2 ** (attempt - 1))
 
 
-
 class SnapshotError(ModuleFailure):
     """A failure to report to the operator: ``msg`` names the problem and what to do.
 

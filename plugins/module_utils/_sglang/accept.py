@@ -98,8 +98,8 @@ def collect(url: str, *, requests: int, max_new_tokens: int, api: str, temperatu
     """
     try:
         records, _wall = _load.run_level(url, sample_requests(requests, max_new_tokens),
-                                          min(requests, MAX_CONCURRENCY), api=api, temperature=temperature,
-                                          request_timeout=request_timeout, **client)
+                                         min(requests, MAX_CONCURRENCY), api=api, temperature=temperature,
+                                         request_timeout=request_timeout, **client)
     except _load.LoadError as exc:
         raise AcceptSampleError(str(exc))
     failed = [r for r in records if not r["ok"]]

@@ -80,7 +80,7 @@ def one_request(base_url: str, request: dict, *, api_key: str | None = None,
             # server on its baseline config) forever.
             if when - start > request_timeout:
                 raise LoadError("request %d ran longer than request_timeout (%ss); raise request_timeout or "
-                                 "lower max_new_tokens" % (request["index"], request_timeout))
+                                "lower max_new_tokens" % (request["index"], request_timeout))
     except (_sglang_http.SGLangHTTPError, LoadError) as exc:
         record["error"] = str(exc)
         record["latency"] = clock() - start
@@ -149,6 +149,6 @@ def run_level(base_url: str, requests: list[dict], concurrency: int, *, api_key:
     wall = clock() - start
     if any(t.is_alive() for t in threads):
         raise LoadError("the load generator's threads did not finish within request_timeout bounds; the server "
-                         "stopped answering mid-stream?")
+                        "stopped answering mid-stream?")
     records.sort(key=lambda r: r["index"])
     return records, wall

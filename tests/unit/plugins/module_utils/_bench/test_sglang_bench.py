@@ -395,7 +395,7 @@ def test_failed_request_is_recorded_not_raised():
     port = free_port()
     url = "http://127.0.0.1:%d" % port
     records, wall = load.run_level(url, load.build_requests([dict(prompt="x", category="chat")], 6, 4), 3,
-                                    request_timeout=5)
+                                   request_timeout=5)
     assert wall >= 0
     # stop_on_error: the slots stop taking requests after the first failure
     assert 1 <= len(records) <= 3

@@ -41,8 +41,12 @@ def test_it_replaces_by_rename_after_fsync_and_syncs_the_directory(tmp_path, mon
     path.write_text("old\n")
     events = []
     real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", stat.S_ISDIR(os.fstat(fd).st_mode))),
-                                                  real_fsync(fd))[1])
+
+    def fsync(fd):
+        events.append(("fsync", stat.S_ISDIR(os.fstat(fd).st_mode)))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
 
     def replace(src, dst):
         events.append(("replace", os.path.dirname(src) == os.path.dirname(dst), os.path.basename(src)))
