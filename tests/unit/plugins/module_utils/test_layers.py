@@ -62,6 +62,8 @@ class Violation(object):
     def __str__(self):
         return "%s:%s: %s" % (self.path, self.line, self.rule)
 
+    __repr__ = __str__
+
 
 def package_of(rel):
     """The package a file under module_utils belongs to: its first folder, or a flat module's name."""
