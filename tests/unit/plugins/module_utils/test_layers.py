@@ -385,3 +385,10 @@ def test_a_long_file_and_a_long_function_are_caught(tmp_path):
         "_sglang/check.py": "\n" * (MAX_FILE_LINES + 1),
     })
     assert [key for key, _why in long_rooms(root)] == ["_common/long.py: file", "_common/long.py: f"]
+
+
+def test_a_stale_module_utils_name_in_a_plugin_is_caught():
+    assert _resolve(PREFIX + "._bench.chat", "chat_body") == "no module %s._bench.chat" % PREFIX  # moved to _sglang
+    assert _resolve(PREFIX + "._sglang.chat", "no_such_name") == "%s._sglang.chat defines no no_such_name" % PREFIX
+    assert _resolve(PREFIX + "._sglang.chat", "chat_body") is None
+    assert _resolve(PREFIX + "._sglang", "chat") is None and _resolve(PREFIX, "_gpu") is None
