@@ -53,8 +53,9 @@ def _import_collection():
     sys.path.insert(0, str(WORK / "collections"))
     from ansible_collections.gpufleet.llm.plugins.module_utils._bench import bench as _sglang_bench  # noqa: E402
     from ansible_collections.gpufleet.llm.plugins.module_utils._bench import run as _sglang_bench_run  # noqa: E402
+    from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import load as _sglang_load  # noqa: E402
     from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import model_trees  # noqa: E402
-    return _sglang_bench, _sglang_bench_run, model_trees
+    return _sglang_bench, _sglang_bench_run, _sglang_load, model_trees
 
 
 def _standin_module():
@@ -108,7 +109,7 @@ def main():
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
 
-    bench, bench_run, model_trees = _import_collection()
+    bench, bench_run, load, model_trees = _import_collection()
     standin = _standin_module()
     WORK.mkdir(parents=True, exist_ok=True)
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="run-", dir=str(WORK)))
@@ -132,19 +133,19 @@ def main():
         for level in levels:
             # The same number of rounds per slot at every level (at least 8 requests), so that the
             # tail (the slowest slot's last request, speculative step counts vary) weighs alike.
-            requests = bench.build_requests(prompts, max(8, args.rounds * level), args.max_new_tokens)
+            requests = load.build_requests(prompts, max(8, args.rounds * level), args.max_new_tokens)
             result = {}
             cpu = {}
             for label in ("spec", "baseline"):
                 proc, info = servers[label]
                 url = info["url"]
                 # The module's method: a warm-up (one request per slot), then each repeat after /flush_cache.
-                bench.run_level(url, requests[:level], level, request_timeout=120)
+                load.run_level(url, requests[:level], level, request_timeout=120)
                 records, repeats, wall, client_cpu, server_cpu = [], [], 0.0, 0.0, 0.0
                 for repeat in range(args.repeats):
                     bench_run.flush_cache(url)
                     client0, server0 = time.process_time(), _cpu_seconds(proc.pid)
-                    run_records, run_wall = bench.run_level(url, requests, level, request_timeout=120)
+                    run_records, run_wall = load.run_level(url, requests, level, request_timeout=120)
                     client_cpu += time.process_time() - client0
                     server_cpu += _cpu_seconds(proc.pid) - server0
                     records.extend(run_records)

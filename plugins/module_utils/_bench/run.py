@@ -22,9 +22,10 @@ import sys
 from typing import Any, Callable
 
 from ansible_collections.gpufleet.llm.plugins.module_utils._bench import bench
-from ansible_collections.gpufleet.llm.plugins.module_utils._bench import chat
 from ansible_collections.gpufleet.llm.plugins.module_utils._bench import serving as _sglang_bench_serving
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import chat
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import client as http
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import load as _load
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 
 # Seconds /flush_cache may wait for the server to become idle (SGLang's own bench uses 60).
@@ -114,7 +115,7 @@ def _warm_up(url: str, requests: list[dict], concurrency: int, params: dict[str,
     if count < 1:
         return
     warm = [dict(r, index=i) for i, r in enumerate((requests * count)[:count])]
-    records, _wall = bench.run_level(url, warm, concurrency, **call)
+    records, _wall = _load.run_level(url, warm, concurrency, **call)
     bad = [r for r in records if not r["ok"]]
     if bad:
         raise ModuleFailure("warm-up at concurrency %d failed: %s; the server is not ready to be measured"
@@ -135,7 +136,7 @@ def _run_builtin(url: str, requests: list[dict], params: dict[str, Any], *, serv
                 why_not = flush_cache(url, admin_api_key=params.get("admin_api_key"), **client)
                 if why_not:
                     warn(why_not)
-            run_records, run_wall = bench.run_level(url, requests, concurrency, **call)
+            run_records, run_wall = _load.run_level(url, requests, concurrency, **call)
             for record in run_records:
                 record["repeat"] = repeat
             level_records.extend(run_records)
@@ -165,7 +166,7 @@ def run(params: dict[str, Any], *, check_mode: bool, run_command: Callable[..., 
     base["workload"] = bench.workload_summary(prompts, params)
     if check_mode:
         return base
-    requests = bench.build_requests(prompts, params["num_requests"], params["max_new_tokens"])
+    requests = _load.build_requests(prompts, params["num_requests"], params["max_new_tokens"])
     client = dict(api_key=params["api_key"], validate_certs=params["validate_certs"], ca_path=params["ca_path"])
     try:
         server = bench.server_state(url, **client)
@@ -182,7 +183,7 @@ def run(params: dict[str, Any], *, check_mode: bool, run_command: Callable[..., 
             levels, records = _sglang_bench_serving.run_levels(
                 params["python"] or sys.executable, url, requests, params=params, server=server,
                 run_command=run_command)
-    except (bench.BenchError, http.SGLangHTTPError) as exc:
+    except (bench.BenchError, _load.LoadError, http.SGLangHTTPError) as exc:
         raise ModuleFailure(str(exc), **base)
     except ModuleFailure as exc:
         raise ModuleFailure(exc.msg, **dict(exc.fields, **base))

@@ -2,7 +2,7 @@
 # Copyright (c) gpufleet.llm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""What a Hub revision holds, through huggingface_hub.
+"""What a Hub revision holds, through huggingface_hub (HfApi bound to our endpoint, proxy, TLS and timeout).
 
 Private to the collection: not a public API, may change without notice.
 
@@ -10,6 +10,9 @@ Listing uses the tree API (paginated, every file with size and LFS sha256), not 
 siblings, which large repos truncate and some mirrors return without metadata. The revision is
 resolved to a commit first and listed at that commit, so a branch moving mid-listing cannot mix
 two commits.
+
+The option checks are in options.py, URL resolving (the token never handed onward) in resolve.py,
+the listing with retries in listing.py; the names the rest of the collection uses are all here.
 """
 
 from __future__ import annotations
@@ -17,103 +20,23 @@ from __future__ import annotations
 import collections
 import collections.abc
 import contextlib
-import datetime
-import os
-import re
 import ssl
 import threading
-import time
-from collections.abc import Callable, Iterator
-from email.utils import parsedate_to_datetime
-from typing import Any
-from urllib import error as _urlerror
 from urllib import parse as _urlparse
-from urllib import request as _urlrequest
+from collections.abc import Callable, Iterator
+from typing import Any
 
-# The listing's answers are checked where they enter (_hub_answers); their names are _hub's too.
+# The rest of the collection reaches the Hub through this module: what the other _hub files own is
+# named here too (the listing's answers, the options' checks, URL resolving, the shared http policy).
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.http import NoRedirect, ssl_context  # noqa: F401  pylint: disable=unused-import
 from ansible_collections.gpufleet.llm.plugins.module_utils._hub.answers import (  # noqa: F401  pylint: disable=unused-import
     RemoteFile, UntrustedAnswerError, check_tree, checked_file, is_hex, shown)
-from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.errors import SnapshotError
-
-
-def clean_token(token: str | None) -> str | None:
-    """``token`` without surrounding whitespace (a YAML block scalar's trailing newline), None when
-    nothing is left. What is left is checked by ``token_problem``."""
-    if not isinstance(token, str):
-        return token
-    return token.strip() or None
-
-
-def token_problem(token: str | None, option: str = "token") -> str | None:
-    """Why ``token`` cannot go into an Authorization header (None: it can), naming ``option``, never
-    the token: after ``clean_token``, a space, a control character or a non-ASCII character would
-    make the HTTP library refuse the header and print its value in the error."""
-    if not token or not isinstance(token, str):
-        return None
-    if all("!" <= char <= "~" for char in token):
-        return None
-    return ("%s holds a space, a control character or a non-ASCII character inside it (surrounding whitespace is "
-            "removed, inner characters are not): give the token exactly as the Hub shows it; check the variable "
-            "it comes from for a stray line break, quote or space" % option)
-
-
-HOST_TOKEN_OPTION = "the host's token (HF_TOKEN or the huggingface_hub token file)"
-
-
-def host_token(given: str | None) -> str | None:
-    """The token given, else the host's (HF_TOKEN, the token file), else None: what huggingface_hub
-    itself would send, without surrounding whitespace. hf_snapshot and model_verify send it only
-    once the Hub asks for it (a 401, or a 404 that may mean private). Its characters are checked
-    by the options' checks (``token_problem``; ``host_token_problem`` for the host's)."""
-    given = clean_token(given)
-    if given:
-        return given
-    try:
-        from huggingface_hub import get_token
-    except ImportError:
-        return None
-    return clean_token(get_token())
-
-
-def host_token_problem(given: str | None) -> str | None:
-    """``token_problem`` of the token ``host_token(given)`` finds, naming the option it came from."""
-    if clean_token(given):
-        return token_problem(clean_token(given), "token")
-    return token_problem(host_token(None), HOST_TOKEN_OPTION)
-
-
-def endpoint_problem(endpoint: str | None, option: str = "endpoint") -> str | None:
-    """Why ``endpoint`` cannot be a Hub endpoint (None: it can), naming ``option``.
-
-    It must be an http(s)://host[:port][/path] URL: no user info (it would be written into the
-    manifest), no query or fragment. The URL is never shown: it may carry user:password.
-    """
-    if endpoint is None:
-        return None
-    form = "an http(s)://host[:port][/path] URL"
-    if not isinstance(endpoint, str) or not endpoint.strip():
-        return "%s must be %s, got an empty value" % (option, form)
-    if endpoint != endpoint.strip() or any(char.isspace() or ord(char) < 32 or ord(char) == 127 for char in endpoint):
-        return "%s must be %s without spaces or control characters" % (option, form)
-    try:
-        parts = _urlparse.urlsplit(endpoint)
-        port = parts.port  # ValueError for a port that is no number or out of range
-    except ValueError:
-        return "%s is not %s (its host or port cannot be read)" % (option, form)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        scheme = parts.scheme if "://" in endpoint or parts.scheme == "file" else None
-        return ("%s must be %s (for example https://hub.example:8443), got %s"
-                % (option, form, "a URL with scheme %r" % scheme if scheme else "no http:// or https:// scheme"))
-    if "@" in parts.netloc:
-        return ("%s must be %s without user info (user:password@): it would be written into the manifest; give "
-                "the credentials as token" % (option, form))
-    if not parts.hostname:
-        return "%s must be %s, got no host" % (option, form)
-    if port == 0:
-        return "%s must be %s, got port 0" % (option, form)
-    if parts.query or parts.fragment or "?" in endpoint or "#" in endpoint:
-        return "%s must be %s without a query (?...) or fragment (#...)" % (option, form)
-    return None
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub.options import (  # noqa: F401  pylint: disable=unused-import
+    HOST_TOKEN_OPTION, ca_path_problem, clean_token, endpoint_problem, host_token, host_token_problem, proxy_problem,
+    token_problem)
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub.resolve import (  # noqa: F401  pylint: disable=unused-import
+    DEFAULT_ENDPOINT, USER_AGENT, HubHTTPError, ResolvedURL, TokenLeakError, UnsafeRedirectError, error_message,
+    repo_url_prefix, resolve_file, resolve_url_for, retry_after_seconds, same_origin, signed_url_expiry, url_opener)
 
 
 def hf_api(endpoint: str | None = None, token: str | bool | None = None, *,
@@ -143,38 +66,6 @@ class HubHTTPConfig(collections.namedtuple("HubHTTPConfig", ["proxy", "validate_
         # a proxy URL may carry credentials: never in a repr (tracebacks, test failures)
         return "HubHTTPConfig(proxy=%s, validate_certs=%r, ca_path=%r, timeout=%r)" % (
             "<set>" if self.proxy else None, self.validate_certs, self.ca_path, self.timeout)
-
-
-def proxy_problem(proxy: str) -> str | None:
-    """Why ``proxy`` cannot be used (None: it can): an http:// URL is what aria2's all-proxy and the
-    listing's client both speak; a socks5:// one would fail deep inside the HTTP library. The URL
-    itself is never shown: it may carry user:password."""
-    try:
-        parts = _urlparse.urlsplit(proxy)
-        port = parts.port  # ValueError for a port that is no number or out of range
-    except ValueError:
-        return "proxy is not a valid http://[user:password@]host[:port] URL (its host or port cannot be read)"
-    if parts.scheme != "http" or not parts.hostname:
-        return ("proxy must be an http://[user:password@]host[:port] URL (what aria2 and the listing both "
-                "support), got a URL with scheme %r" % (parts.scheme or "none"))
-    if port == 0:
-        return "proxy is not a valid http://[user:password@]host[:port] URL (port 0)"
-    return None
-
-
-def ca_path_problem(ca_path: str) -> str | None:
-    """Why ``ca_path`` cannot be used (None: it can): a CA bundle that does not exist, cannot be read
-    or does not parse would fail every TLS request, after retries."""
-    if not os.path.isfile(ca_path):
-        return ("ca_path %s does not exist or is not a file: give the PEM bundle of the CA that signs the "
-                "endpoint's certificate" % ca_path)
-    if not os.access(ca_path, os.R_OK):
-        return "ca_path %s is not readable by this user: fix its permissions" % ca_path
-    try:
-        ssl.create_default_context(cafile=ca_path)
-    except (ssl.SSLError, OSError, ValueError) as exc:
-        return "ca_path %s is not a PEM CA bundle (%s): give the CA certificate(s) in PEM form" % (ca_path, exc)
-    return None
 
 
 class HubTLSError(OSError):
@@ -364,216 +255,3 @@ def list_revision(api, repo_id, commit, repo_type="model"):
     files.sort(key=lambda f: f.path)
     check_tree(repo_id, commit, files)
     return files
-
-
-# ----------------------------------------------------------------------------- URL resolving
-#
-# aria2 sends every --header / header= value to every host a redirect leads it to, so it never gets
-# the token with a URL that redirects. The token goes to the endpoint in a HEAD on /resolve/ that does
-# not follow the redirect; aria2 then gets the signed CDN URL (which authorises itself) and no header.
-# A URL the endpoint answers itself (``direct``: no redirect) needs the token on the GET too: that
-# GET is made in-process (_transfer_direct.download_direct), never by aria2, and does not follow redirects either.
-
-DEFAULT_ENDPOINT = "https://huggingface.co"
-USER_AGENT = "gpufleet.llm-hf_snapshot"
-
-# url: what to GET; direct: True when the endpoint itself serves the bytes (no redirect), so a
-# gated/private repo's bytes need the token on that request; size/sha256/blob_id: what the resolve
-# answer said (None when absent, e.g. mirrors without X-Linked-*); commit: X-Repo-Commit;
-# expires: unix time after which a signed URL stops working (None when unknown).
-ResolvedURL = collections.namedtuple("ResolvedURL", ["url", "direct", "size", "sha256", "etag", "commit", "expires"])
-
-
-class HubHTTPError(Exception):
-    """An HTTP answer from the Hub that is not what a resolve expects."""
-
-    def __init__(self, status, message, retry_after=None, url=None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.retry_after = retry_after
-        self.url = url
-
-
-class TokenLeakError(Exception):
-    """The Hub handed out a URL that contains the token: refuse to pass it on."""
-
-
-class UnsafeRedirectError(SnapshotError, UntrustedAnswerError):
-    """A resolve redirected to a URL aria2 must not be given (file://, ftp://, ...): an untrusted
-    answer, reported by name and never retried (hf_snapshot reports it as it is)."""
-
-
-def repo_url_prefix(endpoint, repo_id, repo_type="model"):
-    base = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
-    if repo_type == "dataset":
-        return "%s/datasets/%s" % (base, repo_id)
-    if repo_type == "space":
-        return "%s/spaces/%s" % (base, repo_id)
-    return "%s/%s" % (base, repo_id)
-
-
-def resolve_url_for(endpoint, repo_id, commit, path, repo_type="model"):
-    return "%s/resolve/%s/%s" % (
-        repo_url_prefix(endpoint, repo_id, repo_type),
-        _urlparse.quote(commit, safe=""),
-        _urlparse.quote(path, safe="/"),
-    )
-
-
-def same_origin(url_a, url_b):
-    a, b = _urlparse.urlsplit(url_a), _urlparse.urlsplit(url_b)
-    return (a.scheme, a.hostname, a.port or _default_port(a.scheme)) == (
-        b.scheme,
-        b.hostname,
-        b.port or _default_port(b.scheme),
-    )
-
-
-def _default_port(scheme):
-    return 443 if scheme == "https" else 80
-
-
-def retry_after_seconds(value, now=None):
-    """Seconds a Retry-After header asks for (delta-seconds or an HTTP date), None if unusable."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-class NoRedirect(_urlrequest.HTTPRedirectHandler):
-    """The collection's one redirect guard: a 3xx comes back to the caller as an HTTPError.
-
-    The Hub client reads the signed URL from its Location (the token never follows it); the SGLang
-    client reports it as it is, since SGLang never redirects and a 3xx means something else answers.
-    """
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
-
-
-def ssl_context(validate_certs=True, ca_path=None):
-    if not validate_certs:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        return ctx
-    return ssl.create_default_context(cafile=ca_path) if ca_path else ssl.create_default_context()
-
-
-def url_opener(proxy=None, validate_certs=True, ca_path=None, follow_redirects=False):
-    handlers = [_urlrequest.HTTPSHandler(context=ssl_context(validate_certs, ca_path))]
-    # An explicit proxy wins; an empty dict turns off the environment's proxies only when asked.
-    if proxy:
-        handlers.append(_urlrequest.ProxyHandler({"http": proxy, "https": proxy}))
-    if not follow_redirects:
-        handlers.append(NoRedirect())
-    return _urlrequest.build_opener(*handlers)
-
-
-def _strip_quotes(value):
-    if not value:
-        return None
-    value = value.strip()
-    if value.startswith("W/"):
-        value = value[2:]
-    return value.strip('"') or None
-
-
-def signed_url_expiry(url: str) -> int | None:
-    """Unix time a signed URL expires, when its query says so (None when it does not).
-
-    CloudFront (the Hub's CDN): ``Expires=<unix time>``; the lab Hub: ``exp=``; S3-style presigned
-    URLs (SigV4): ``X-Amz-Date=YYYYMMDDTHHMMSSZ`` plus ``X-Amz-Expires=<seconds>``.
-    """
-    query = _urlparse.parse_qs(_urlparse.urlsplit(url).query)
-    for key in ("exp", "Expires", "expires"):
-        if key in query and query[key][0].isdigit():
-            return int(query[key][0])
-    lowered = {key.lower(): values[0] for key, values in query.items()}
-    signed_at, lifetime = lowered.get("x-amz-date"), lowered.get("x-amz-expires")
-    if signed_at and lifetime and lifetime.isdigit():
-        try:
-            when = datetime.datetime.strptime(signed_at, "%Y%m%dT%H%M%SZ").replace(tzinfo=datetime.timezone.utc)
-        except ValueError:
-            return None
-        return int(when.timestamp()) + int(lifetime)
-    return None
-
-
-def error_message(exc):
-    message = exc.headers.get("X-Error-Message") if exc.headers else None
-    if not message:
-        try:
-            body = exc.read(2048).decode("utf-8", "replace")
-        except Exception:  # pylint: disable=broad-except
-            body = ""
-        match = re.search(r'"error"\s*:\s*"([^"]*)"', body)
-        message = match.group(1) if match else (body.strip()[:200] or exc.reason)
-    return "%s %s" % (exc.code, message)
-
-
-def resolve_file(opener, endpoint, repo_id, commit, path, *, token=None, repo_type="model", timeout=60.0, max_hops=3):
-    """HEAD the file's resolve URL (token only to the endpoint) and say where aria2 should GET it.
-
-    Follows same-origin (relative) redirects itself, with the token; stops at the first redirect to
-    another origin and returns that URL, which must carry its own authorisation (a signed URL).
-    Raises HubHTTPError for 4xx/5xx answers (with Retry-After when given) and TokenLeakError when a
-    URL to be handed on contains the token.
-    """
-    url = resolve_url_for(endpoint, repo_id, commit, path, repo_type)
-    commit_seen = None
-    sha256 = size = etag = None
-    for dummy in range(max_hops + 1):
-        req = _urlrequest.Request(url, method="HEAD", headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
-        if token and same_origin(url, endpoint or DEFAULT_ENDPOINT):
-            # unredirected: urllib must not carry it along if anything did follow a redirect
-            req.add_unredirected_header("Authorization", "Bearer %s" % token)
-        try:
-            resp = opener.open(req, timeout=timeout)
-            status, headers = resp.status, resp.headers
-            resp.close()
-        except _urlerror.HTTPError as exc:
-            status, headers = exc.code, exc.headers
-            if not 300 <= status < 400:
-                raise HubHTTPError(status, error_message(exc), retry_after_seconds(headers.get("Retry-After")), url=path)
-        commit_seen = headers.get("X-Repo-Commit") or commit_seen
-        sha256 = _strip_quotes(headers.get("X-Linked-Etag")) or sha256
-        linked_size = headers.get("X-Linked-Size")
-        if linked_size and linked_size.isdigit():
-            size = int(linked_size)
-        etag = _strip_quotes(headers.get("ETag")) or etag
-        if 300 <= status < 400:
-            location = headers.get("Location")
-            if not location:
-                raise HubHTTPError(status, "%d redirect without a Location" % status, url=path)
-            location = _urlparse.urljoin(url, location)
-            scheme = _urlparse.urlsplit(location).scheme.lower()
-            if scheme not in ("http", "https"):
-                # aria2 would read a file:// URL from this host's disk (or speak ftp/sftp to anywhere)
-                # and fail late as "aria2 stopped before this file finished".
-                raise UnsafeRedirectError(
-                    "refusing the Hub's answer for %s: its resolve redirects to a %s URL, not http(s). The Hub "
-                    "never does this: the endpoint (or a proxy on the way) is broken or untrusted, so nothing was "
-                    "handed to aria2 and the file is not retried; check endpoint and proxy"
-                    % (shown(path), "%s:" % scheme if scheme else "scheme-less"))
-            if same_origin(location, endpoint or DEFAULT_ENDPOINT):
-                url = location
-                continue
-            if token and token in location:
-                raise TokenLeakError("the Hub redirected %s to a URL that contains the token; refusing to hand it to aria2" % path)
-            return ResolvedURL(location, False, size, sha256, etag, commit_seen, signed_url_expiry(location))
-        if size is None:
-            length = headers.get("Content-Length")
-            size = int(length) if length and length.isdigit() else None
-        return ResolvedURL(url, True, size, sha256, etag, commit_seen, None)
-    raise HubHTTPError(310, "more than %d same-origin redirects resolving %s" % (max_hops, path), url=path)

@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
-import tempfile
 import time
 
 from ansible_collections.gpufleet.llm.plugins.module_utils._common import jsonfile as _jsonfile
+# The one atomic write (_common/files.py); hf_snapshot's code writes its JSON files through this name.
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.files import atomic_write_json
 from ansible_collections.gpufleet.llm.plugins.module_utils._common import paths as _paths
 
 META_DIR = ".gpufleet"
@@ -176,34 +176,6 @@ def same_stat(record: dict | None, path: str) -> bool:
     except OSError:
         return False
     return stat_matches(record, now)
-
-
-def atomic_write_json(path, data, mode=0o644):
-    """Write ``data`` as JSON so that readers see the old file or the new one, never a mix.
-
-    Temp file in the same directory, fsync, rename over the target, fsync the directory.
-    """
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=1, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def read_json(path: str, kind: str) -> dict | None:

@@ -32,9 +32,11 @@ import pwd
 import re
 import shutil
 import signal
+import stat
 import time
 from typing import Any, Callable
 
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import files as _files
 from ansible_collections.gpufleet.llm.plugins.module_utils._peerserve import nginx as _peer_nginx
 
 LIST_UNITS = ["systemctl", "list-units", "--all", "--plain", "--no-legend", "--no-pager", "--full", "gpufleet-peer-*"]
@@ -236,11 +238,9 @@ def _mark_results(job: dict[str, Any], root: str) -> list[str]:
         result = dict(failed=True, finished=1, ansible_job_id=entry,
                       msg="stopped by a later run: this hf_snapshot job under %s was orphaned (its play ended "
                           "without waiting for it) and held the lock; peer_serve state=cleaned stopped it" % root)
-        tmp = path + ".tmp"
         try:
-            with open(tmp, "w", encoding="utf-8") as handle:
-                json.dump(result, handle)
-            os.rename(tmp, path)
+            # the job file's own mode: async_status reads it as the job's user
+            _files.atomic_write(path, json.dumps(result), stat.S_IMODE(os.stat(path).st_mode))
         except OSError:
             continue
         done.append(path)

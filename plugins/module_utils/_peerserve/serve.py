@@ -25,9 +25,10 @@ from typing import Any, Callable, NamedTuple
 
 from ansible_collections.gpufleet.llm.plugins.module_utils._peerserve import cleanup as _peer_cleanup
 from ansible_collections.gpufleet.llm.plugins.module_utils._peerserve import nginx as _peer_nginx
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import files as _files
 from ansible_collections.gpufleet.llm.plugins.module_utils._common import secrets as _secrets
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
-from ansible_collections.gpufleet.llm.plugins.module_utils._sglang.unit import RunCommand, parse_show
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.systemd import RunCommand, parse_show
 
 PEER_UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID")
 # Only file bytes count: error pages (401, 404) are not what a peer came for.
@@ -235,17 +236,14 @@ class PeerUnit(object):
         os.chmod(self.dir, 0o700)
         # Created 0600 before nginx opens it (O_APPEND keeps the mode): the log is ours, not world-readable.
         os.close(os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-        new = self.conf + ".new"
-        fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(new, 0o600)
+        _files.atomic_write(self.conf, text, 0o600, check=lambda new: self._nginx_test(nginx, new))
+
+    def _nginx_test(self, nginx: str, new: str) -> None:
+        """``nginx -t`` on the new config before it replaces the old one (ModuleFailure: it stays as it was)."""
         rc, out, err = self._run([nginx, "-t", "-q", "-c", new], "nginx -t", check=False)
         if rc != 0:
-            os.unlink(new)
             raise ModuleFailure("nginx refused the peer server's config (nginx -t, rc %s): %s" % (
                 rc, _secrets.mask((err or out).strip(), *self.secrets)), unit=self.unit)
-        os.rename(new, self.conf)
 
     def start(self, *, nginx: str, runtime_max_sec: int, sleep: Callable[[float], None] = time.sleep) -> None:
         """systemd-run nginx in the foreground; wait for its pid file (written once it listens)."""

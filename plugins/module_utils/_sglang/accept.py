@@ -13,8 +13,8 @@ better than prose). One 16-token request is 4 to 8 steps of one prompt: its rati
 token either way. The default sample, 8 different prompts of 256 new tokens each (2048 tokens, 800
 verify steps at an accept length of 2.5), puts the standard error near 0.1 token per step.
 
-The request shape is the benchmark's (sglang_bench), through its own client (``_sglang_bench``
-``run_level``/``one_request``, bodies from ``_sglang_bench_chat``): a chat model gets
+The request shape is the benchmark's (sglang_bench), through its own load generator (load.py's
+``run_level``/``one_request``, bodies from chat.py): a chat model gets
 ``/v1/chat/completions`` (its chat template applied by the server), any other ``/generate`` with the
 raw text, both streamed, at the benchmark's temperature (1.0 by default: the Kimi K2.6 model card's)
 with ``ignore_eos``. A gate judged on greedy raw text would judge a distribution the benchmark and the
@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ansible_collections.gpufleet.llm.plugins.module_utils._bench import bench as _bench
-from ansible_collections.gpufleet.llm.plugins.module_utils._bench import chat as _chat
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import chat as _chat
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import load as _load
 
 # Different kinds of text draft differently; the sample cycles through them (with the benchmark's
 # categories, which its request records carry).
@@ -71,9 +71,9 @@ def _count(value: Any) -> int | None:
 
 
 def sample_requests(count: int, max_new_tokens: int) -> list[dict[str, Any]]:
-    """The sample's requests in the benchmark's form (``_sglang_bench.build_requests``)."""
+    """The sample's requests in the benchmark's form (load.py's ``build_requests``)."""
     prompts = [dict(prompt=text, category=category) for category, text in PROMPTS]
-    return _bench.build_requests(prompts, count, max_new_tokens)
+    return _load.build_requests(prompts, count, max_new_tokens)
 
 
 def request_shape(api: str, temperature: float, max_new_tokens: int) -> dict[str, Any]:
@@ -97,10 +97,10 @@ def collect(url: str, *, requests: int, max_new_tokens: int, api: str, temperatu
     Raises AcceptSampleError with the first failed request's error.
     """
     try:
-        records, _wall = _bench.run_level(url, sample_requests(requests, max_new_tokens),
-                                          min(requests, MAX_CONCURRENCY), api=api, temperature=temperature,
-                                          request_timeout=request_timeout, **client)
-    except _bench.BenchError as exc:
+        records, _wall = _load.run_level(url, sample_requests(requests, max_new_tokens),
+                                         min(requests, MAX_CONCURRENCY), api=api, temperature=temperature,
+                                         request_timeout=request_timeout, **client)
+    except _load.LoadError as exc:
         raise AcceptSampleError(str(exc))
     failed = [r for r in records if not r["ok"]]
     if failed:

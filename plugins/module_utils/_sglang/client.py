@@ -6,7 +6,7 @@
 
 Private to the collection: not a public API, may change without notice.
 
-Standard library only (urllib; the TLS policy is _hub's ``ssl_context``), no Ansible imports: the
+Standard library only (urllib; the TLS policy is _common/http.py's ``ssl_context``), no Ansible imports: the
 modules run it on the GPU host, where the server usually listens on loopback only.
 
 * ``call()``: one JSON request; returns (status, data) for every HTTP answer, 2xx or not, so the
@@ -35,7 +35,7 @@ from urllib import request as _urlrequest
 
 from ansible_collections.gpufleet.llm.plugins.module_utils._common import secrets as _secrets
 # One TLS policy and one redirect guard for every client.
-from ansible_collections.gpufleet.llm.plugins.module_utils._hub.client import NoRedirect, ssl_context
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.http import NoRedirect, ssl_context
 
 DEFAULT_URL = "http://127.0.0.1:30000"
 # How much of a non-JSON error body to quote in a message.

@@ -26,12 +26,11 @@ import math
 import os
 import pwd
 import re
-import shutil
-import tempfile
 from typing import Any
 
 from ansible_collections.gpufleet.llm.plugins.module_utils._common import secrets as _secrets
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.files import atomic_write
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.secrets import MASK
 
 # Option names whose values are secrets (api-key, admin-api-key, ssl-keyfile-password, *-token).
@@ -150,40 +149,12 @@ def read_text(path):
         raise ConfigError("cannot read %s: %s" % (path, exc))
 
 
-def write_atomic(path, text, mode, uid=-1, gid=-1):
-    """Write text to path via a temp file in the same directory: readers see the old or the new file.
-
-    The temp file gets its final mode and owner before any byte is written, so a secret is never
-    readable by anyone the final file would not allow.
-    """
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=directory)
-    try:
-        os.fchmod(fd, mode)
-        if uid != -1 or gid != -1:
-            os.fchown(fd, uid, gid)
-        with os.fdopen(fd, "w") as handle:
-            fd = None
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        tmp = None
-    finally:
-        if fd is not None:
-            os.close(fd)
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def keep_previous(path, previous):
     """Copy the current file beside it (mode and owner kept) before it is replaced."""
     st = os.stat(path)
-    tmp = previous + ".tmp"
-    shutil.copyfile(path, tmp)
-    os.chmod(tmp, st.st_mode & 0o7777)
-    os.chown(tmp, st.st_uid, st.st_gid)
-    os.replace(tmp, previous)
+    with open(path, "rb") as handle:
+        content = handle.read()
+    atomic_write(previous, content, st.st_mode & 0o7777, uid=st.st_uid, gid=st.st_gid)
 
 
 # --- the module: its options and what one run does ----------------------------------------------------
@@ -293,7 +264,7 @@ def run(params: dict[str, Any], *, check_mode: bool) -> dict[str, Any]:
         if before is not None and params["previous"]:
             keep_previous(path, params["previous"])
             result["previous"] = params["previous"]
-        write_atomic(path, text, mode, uid, gid)
+        atomic_write(path, text, mode, uid=uid, gid=gid)
     except (IOError, OSError) as exc:
         raise ModuleFailure("cannot write %s: %s" % (path, exc), **result)
     return result

@@ -43,10 +43,10 @@ from typing import Any, Callable
 from urllib import parse as _urlparse
 
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import accept as _accept
-from ansible_collections.gpufleet.llm.plugins.module_utils._bench import bench as _bench
-from ansible_collections.gpufleet.llm.plugins.module_utils._bench import chat as _chat
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import chat as _chat
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import client as _http
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import unit as _unit
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import systemd as _systemd
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 
 JOURNAL_HINT = "journalctl -u sglang-<instance>.service"
@@ -83,7 +83,7 @@ def argument_spec() -> dict[str, dict[str, Any]]:
         accept_max_new_tokens=dict(type="int", default=256, no_log=False),  # a token count, not a secret
         accept_min_tokens=dict(type="int", default=1024, no_log=False),  # a token count, not a secret
         accept_api=dict(type="str", choices=list(_chat.APIS), default="auto"),
-        accept_temperature=dict(type="float", default=_bench.DEFAULT_TEMPERATURE),
+        accept_temperature=dict(type="float", default=_chat.DEFAULT_TEMPERATURE),
         unit=dict(type="str"),
         validate_certs=dict(type="bool", default=True),
         ca_path=dict(type="path"),
@@ -91,7 +91,7 @@ def argument_spec() -> dict[str, dict[str, Any]]:
 
 
 def run(params: dict[str, Any], *, warn: Callable[[str], None],
-        run_command: _unit.RunCommand | None = None) -> dict[str, Any]:
+        run_command: _systemd.RunCommand | None = None) -> dict[str, Any]:
     """probe() for the module: its notices go to ``warn`` (shown on failure too), not into the result."""
     try:
         result = probe(params, run_command=run_command)
@@ -131,7 +131,7 @@ def check_params(params):
     if params["accept_min_tokens"] < 0:
         problems.append("accept_min_tokens must be >= 0 (got %s)" % params["accept_min_tokens"])
     if params.get("unit"):
-        problem = _unit.check_name(params["unit"])
+        problem = _systemd.check_name(params["unit"])
         if problem:
             problems.append(problem)
     if params.get("ca_path") and not os.path.isfile(params["ca_path"]):

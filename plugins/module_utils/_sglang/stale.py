@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
-from ansible_collections.gpufleet.llm.plugins.module_utils._sglang.unit import check_name, parse_show
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.systemd import check_name, parse_show
 
 PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "ExecMainPID", "ExecMainStartTimestamp",
               "ExecMainStartTimestampMonotonic", "NeedDaemonReload")

@@ -20,21 +20,17 @@ does) resets it, but a server that was not restarted by this run may carry resta
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any, Callable
 
 from ansible_collections.gpufleet.llm.plugins.module_utils._common import secrets as _secrets
-
-RunCommand = Callable[[list], "tuple[int, str, str]"]
+from ansible_collections.gpufleet.llm.plugins.module_utils._common.systemd import RunCommand, parse_show
 
 WATCH_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "NRestarts", "MainPID", "ExecMainPID",
                     "ExecMainCode", "ExecMainStatus", "ExecMainStartTimestampMonotonic")
 JOURNAL_LINES = 20
 # A journal line longer than this is cut: a traceback's one long line must not flood the message.
 _LINE_CHARS = 400
-# systemd.unit(5) unit names; the name goes onto a command line, so nothing else is let through.
-_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]+$")
 # ExecMainCode is a CLD_* code of waitid(2).
 _CODES = {"1": "exited", "2": "killed", "3": "dumped core"}
 
@@ -45,23 +41,6 @@ class UnitError(Exception):
     def __init__(self, msg: str) -> None:
         super().__init__(msg)
         self.msg = msg
-
-
-def check_name(unit: str) -> str | None:
-    """A problem with a unit name, or None."""
-    if not _UNIT_NAME.match(unit) or unit.startswith("-"):
-        return "unit %r is not a systemd unit name (for example sglang-main.service)" % unit
-    return None
-
-
-def parse_show(text: str) -> dict[str, str]:
-    """``systemctl show -p ...`` output (KEY=VALUE lines) as a dict."""
-    props = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            props[key.strip()] = value.strip()
-    return props
 
 
 def _int(props: dict[str, str], key: str) -> int:

@@ -85,7 +85,7 @@ def expected_from_manifest(manifest_path: str) -> tuple | None:
     return out, data.get("commit")
 
 
-# What hf_snapshot's listing (_snapshot_listing.list_remote) reads from its settings.
+# What the Hub's listing (_hub/listing.py's list_remote, hf_snapshot's too) reads from its settings.
 _ListingSettings = collections.namedtuple("_ListingSettings", [
     "repo_id", "revision", "repo_type", "endpoint", "endpoint_url", "max_tries", "retry_wait", "proxy",
     "validate_certs", "ca_path", "timeout"])
@@ -106,15 +106,16 @@ def expected_from_hub(repo_id: str, *, revision: str | None, endpoint: str | Non
     """({rel: Expected}, commit) as the Hub lists ``repo_id`` at ``revision`` now, the files
     ``allow_patterns``/``ignore_patterns`` select only (hf_snapshot's semantics).
 
-    The listing is hf_snapshot's (_snapshot_listing.list_remote, one try): a public repo is listed
+    The listing is hf_snapshot's (_hub/listing.py's list_remote, one try): a public repo is listed
     without a token, the token (``listing_token``) goes along only after the Hub asks for it, and only
     to the endpoint's origin. ``http``: a ``_hub.HubHTTPConfig`` (proxy, validate_certs, ca_path,
     timeout) for every request; None: the environment's proxy, the system CAs and a 60 s timeout.
-    Raises _snapshot_errors.SnapshotError (or the HTTP library's error) when it cannot list.
+    Raises _hub/errors.py's SnapshotError (or the HTTP library's error) when it cannot list.
     """
     # Imported here: huggingface_hub is needed only with repo_id.
     from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
-    from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.listing import list_remote, matches_patterns
+    from ansible_collections.gpufleet.llm.plugins.module_utils._hub.listing import list_remote
+    from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree.patterns import matches_patterns
 
     http = http or _hub.HubHTTPConfig(proxy=None, validate_certs=True, ca_path=None, timeout=60)
     endpoint = endpoint.rstrip("/") if endpoint else None

@@ -7,6 +7,7 @@ check mode changes nothing, nginx's refusals and a missing nginx are clear failu
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -82,7 +83,8 @@ def test_start_puts_the_token_in_the_0600_config_only(capsys, fake):
     assert TOKEN not in calls
     assert ("systemd-run --unit gpufleet-peer-fleet.service --collect --description gpufleet.llm peer server fleet "
             "-p Type=simple -p RuntimeMaxSec=900 %s -c %s/nginx.conf -g daemon off;" % (fake["nginx"], fake["run"])) in calls
-    assert "nginx -t -q -c %s/nginx.conf.new" % fake["run"] in calls
+    # nginx -t ran on the new config, under its own temp name beside nginx.conf, before it replaced it
+    assert re.search(r"nginx -t -q -c %s/\.nginx\.conf\.\S+\n" % re.escape(str(fake["run"])), calls)
     conf = fake["run"] / "nginx.conf"
     assert TOKEN in conf.read_text()
     assert stat.S_IMODE(conf.stat().st_mode) == 0o600 and stat.S_IMODE(fake["run"].stat().st_mode) == 0o700
@@ -148,7 +150,8 @@ def test_nginx_refusal_is_a_failure_with_its_message_and_the_token_masked(capsys
     monkeypatch.setenv("NGINX_REFUSES", "1")
     res = run_module(peer_serve.main, capsys, args(fake), forbidden=TOKEN)
     assert res["_rc"] == 1 and "nginx refused the peer server's config" in res["msg"] and "[emerg]" in res["msg"]
-    assert not (fake["run"] / "nginx.conf").exists() and not (fake["run"] / "nginx.conf.new").exists()
+    assert not (fake["run"] / "nginx.conf").exists()
+    assert not [p.name for p in fake["run"].iterdir() if p.name.startswith(".nginx.conf.")]  # no temp file left
     assert "systemd-run" not in fake["calls"].read_text()
 
 

@@ -14,6 +14,7 @@ import re
 
 import pytest
 
+from ansible_collections.gpufleet.llm.plugins.module_utils._bench import plots
 from ansible_collections.gpufleet.llm.plugins.module_utils._bench import report
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_bench, sglang_bench_report
@@ -113,7 +114,7 @@ def test_report_with_baseline(capsys, out, results):
     assert "![output throughput vs concurrency](benchmark-gpu1-20260102T030405Z-throughput.png)" in text
 
     for key in ("throughput_png", "accept_length_png"):
-        assert _png_size(files[key]) == (report.PLOT_WIDTH, report.PLOT_HEIGHT)
+        assert _png_size(files[key]) == (plots.PLOT_WIDTH, plots.PLOT_HEIGHT)
 
 
 def test_report_of_arms_with_equal_admission(capsys, out, standin_factory, golden):
@@ -159,7 +160,7 @@ def test_report_without_baseline(capsys, out, results):
     assert doc["baseline"] == {"ran": False, "note": "set sglang_bench_baseline=true to run it"}
     assert "not run: set sglang_bench_baseline=true" in res["markdown"]
     assert [r[0] for r in report.table_rows(res["markdown"])] == ["spec", "spec"]
-    assert _png_size(res["files"]["throughput_png"]) == (report.PLOT_WIDTH, report.PLOT_HEIGHT)
+    assert _png_size(res["files"]["throughput_png"]) == (plots.PLOT_WIDTH, plots.PLOT_HEIGHT)
 
 
 def test_check_mode_writes_nothing(capsys, out, results):

@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.gpufleet.llm.plugins.module_utils._bench import chat as _sglang_bench_chat
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import chat as _sglang_chat
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import probe as _sglang_probe
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_probe
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils._sglang.test_sglang_unit import JOURNAL, SECRET, FakeSystemd
@@ -167,14 +167,14 @@ def test_accept_sample_is_sent_as_the_benchmark_sends(capsys, standin_factory, g
     _t, drafter = _paths(golden)
     server = standin_factory(target, drafter=drafter, options={"log-level": "debug"}, wait="ready")
     bodies = []
-    real_chat_body = _sglang_bench_chat.chat_body
+    real_chat_body = _sglang_chat.chat_body
 
     def recording_chat_body(request, temperature):
         body = real_chat_body(request, temperature)
         bodies.append(body)
         return body
 
-    monkeypatch.setattr(_sglang_bench_chat, "chat_body", recording_chat_body)
+    monkeypatch.setattr(_sglang_chat, "chat_body", recording_chat_body)
     res = run(capsys, {"url": server.url, "expect_model_path": target, "min_accept_length": 1.0})
     assert res["_rc"] == 0, res.get("msg")
     sample = res["accept_sample"]

@@ -24,6 +24,7 @@ import pytest
 from ansible_collections.gpufleet.llm.plugins.module_utils._bench import bench
 from ansible_collections.gpufleet.llm.plugins.module_utils._bench import run as bench_run
 from ansible_collections.gpufleet.llm.plugins.module_utils._bench import serving as bench_serving
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import load
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 from ansible_collections.gpufleet.llm.tests.unit.plugins import standin
 from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noqa: F401 pylint: disable=unused-import
@@ -109,7 +110,7 @@ def test_prompt_override_and_round_robin(tmp_path):
                                        '{"prompt": "b", "category": "math", "max_new_tokens": 7}\n')
     prompts = bench.load_prompts(path)
     assert [p["line"] for p in prompts] == [1, 3]
-    reqs = bench.build_requests(prompts, 5, 64)
+    reqs = load.build_requests(prompts, 5, 64)
     assert [r["prompt"] for r in reqs] == ["a", "b", "a", "b", "a"]
     assert [r["max_new_tokens"] for r in reqs] == [64, 7, 64, 7, 64]
 
@@ -234,7 +235,7 @@ def test_bench_serving_command_keeps_the_key_off_argv():
     assert argv[argv.index("--sharegpt-output-len") + 1] == "256"
     assert argv[argv.index("--dataset-name") + 1] == "sharegpt"
     assert "--output-details" in argv and not any("key" in a.lower() for a in argv)
-    data = bench_serving.sharegpt_dataset(bench.build_requests([dict(prompt="hi there", category="chat")], 2, 8))
+    data = bench_serving.sharegpt_dataset(load.build_requests([dict(prompt="hi there", category="chat")], 2, 8))
     assert data[1]["conversations"][0] == {"from": "human", "value": "hi there"}
 
 
@@ -260,7 +261,7 @@ def _fake_run_command(calls, probe_rc=0, level_rc=0, fixture=FIXTURE, module="sg
 
 def test_run_levels_key_in_environment_only_and_cwd_root():
     calls = []
-    requests = bench.build_requests([dict(prompt="hi", category="chat")], 4, 8)
+    requests = load.build_requests([dict(prompt="hi", category="chat")], 4, 8)
     levels, records = bench_serving.run_levels(
         "/opt/sglang/bin/python", "http://127.0.0.1:30000", requests,
         params=dict(BS_PARAMS, max_new_tokens=8, api_key="sk-fake-0123"), server={"standin": True},
@@ -273,7 +274,7 @@ def test_run_levels_key_in_environment_only_and_cwd_root():
 
 
 def test_run_levels_failures_carry_what_ran():
-    requests = bench.build_requests([dict(prompt="hi", category="chat")], 2, 8)
+    requests = load.build_requests([dict(prompt="hi", category="chat")], 2, 8)
     kwargs = dict(params=dict(BS_PARAMS, concurrency=[2], max_new_tokens=8), server={"version": "x"})
     with pytest.raises(ModuleFailure) as exc:
         bench_serving.run_levels("/py", "http://h:1", requests, run_command=_fake_run_command([], probe_rc=3), **kwargs)
@@ -309,7 +310,7 @@ def _params(**given):
 def test_argument_spec_is_the_one_source():
     spec = bench.argument_spec()
     assert spec["engine"]["choices"] == list(bench.ENGINES) and spec["label"]["choices"] == list(bench.LABELS)
-    assert spec["request_timeout"]["default"] == bench.DEFAULT_REQUEST_TIMEOUT
+    assert spec["request_timeout"]["default"] == load.DEFAULT_REQUEST_TIMEOUT
     assert spec["api_key"]["no_log"] is True and spec["prompts"]["required"] is True
     assert bench.validate(**dict((k, v) for k, v in _params().items() if k in (
         "concurrency", "num_requests", "max_new_tokens", "engine", "label", "request_timeout", "repeats",
@@ -342,8 +343,8 @@ def test_accept_length_matches_the_standin_model(standin_factory, golden):
     server = standin_factory(target, drafter=drafter, wait="ready", options={"speculative-num-draft-tokens": block},
                              env={"GPUFLEET_STANDIN_ACCEPT_MEAN": str(mean), "GPUFLEET_STANDIN_STEP_MS": "1"})
     prompts = bench.load_prompts(SHIPPED_PROMPTS)
-    requests = bench.build_requests(prompts, 24, max_new)
-    records, wall = bench.run_level(server.url, requests, 4, request_timeout=60)
+    requests = load.build_requests(prompts, 24, max_new)
+    records, wall = load.run_level(server.url, requests, 4, request_timeout=60)
     after = bench.server_state(server.url)
     level = bench.aggregate(records, wall, 4, after)
     assert level["failed"] == 0, level["errors"]
@@ -371,10 +372,10 @@ def test_speedup_matches_the_delay_model(standin_factory, golden):
     spec = standin_factory(target, drafter=drafter, wait="ready", options={"speculative-num-draft-tokens": block},
                            env=env)
     base = standin_factory(target, wait="ready", env=env)
-    requests = bench.build_requests(bench.load_prompts(SHIPPED_PROMPTS), 16, max_new)
+    requests = load.build_requests(bench.load_prompts(SHIPPED_PROMPTS), 16, max_new)
     levels = {}
     for label, server in (("spec", spec), ("baseline", base)):
-        records, wall = bench.run_level(server.url, requests, 2, request_timeout=60)
+        records, wall = load.run_level(server.url, requests, 2, request_timeout=60)
         levels[label] = bench.aggregate(records, wall, 2)
         assert levels[label]["failed"] == 0, levels[label]["errors"]
     # SGLang reports spec_verify_ct only with speculative decoding (and so does the stand-in now)
@@ -393,8 +394,8 @@ def test_speedup_matches_the_delay_model(standin_factory, golden):
 def test_failed_request_is_recorded_not_raised():
     port = free_port()
     url = "http://127.0.0.1:%d" % port
-    records, wall = bench.run_level(url, bench.build_requests([dict(prompt="x", category="chat")], 6, 4), 3,
-                                    request_timeout=5)
+    records, wall = load.run_level(url, load.build_requests([dict(prompt="x", category="chat")], 6, 4), 3,
+                                   request_timeout=5)
     assert wall >= 0
     # stop_on_error: the slots stop taking requests after the first failure
     assert 1 <= len(records) <= 3
@@ -404,8 +405,8 @@ def test_failed_request_is_recorded_not_raised():
 def test_request_timeout_bounds_a_whole_generation(standin_factory, golden):
     target = _paths(golden)[0]
     server = standin_factory(target, wait="ready", env={"GPUFLEET_STANDIN_STEP_MS": "50"})
-    request = bench.build_requests([dict(prompt="slow", category="chat")], 1, 200)[0]
-    record = bench.one_request(server.url, request, request_timeout=0.5)
+    request = load.build_requests([dict(prompt="slow", category="chat")], 1, 200)[0]
+    record = load.one_request(server.url, request, request_timeout=0.5)
     assert record["ok"] is False
     assert "longer than request_timeout (0.5s)" in record["error"]
     assert record["latency"] < 5  # stopped, not waited out (200 steps x 50 ms = 10 s)

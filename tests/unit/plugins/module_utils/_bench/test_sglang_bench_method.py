@@ -20,10 +20,11 @@ import textwrap
 import pytest
 
 from ansible_collections.gpufleet.llm.plugins.module_utils._bench import bench
-from ansible_collections.gpufleet.llm.plugins.module_utils._bench import chat
 from ansible_collections.gpufleet.llm.plugins.module_utils._bench import run as bench_run
 from ansible_collections.gpufleet.llm.plugins.module_utils._bench import serving as bench_serving
 from ansible_collections.gpufleet.llm.plugins.module_utils._bench import stats
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import chat
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import load
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures.sglang_scripted import ScriptedServer
 from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noqa: F401 pylint: disable=unused-import
@@ -117,7 +118,7 @@ def test_temperature_reaches_every_request(scripted, prompts):
     assert all(b["sampling_params"]["ignore_eos"] is True for b in bodies)
     assert res["workload"]["temperature"] == 0.6
     # the default is the model card's recommendation, not greedy decoding
-    assert bench.argument_spec()["temperature"]["default"] == bench.DEFAULT_TEMPERATURE == 1.0
+    assert bench.argument_spec()["temperature"]["default"] == chat.DEFAULT_TEMPERATURE == 1.0
 
 
 @pytest.mark.parametrize("how", ["jinja", "config"])
@@ -211,7 +212,7 @@ def test_bench_serving_prefers_the_new_module_with_the_driver():
     raw = json.loads(open(FIXTURE).read().strip().splitlines()[-1])
     side = [dict(success=True, output_len=n, spec_accept_length=2.0 + (i % 2)) for i, n in enumerate(raw["output_lens"])]
     calls = []
-    requests = bench.build_requests([dict(prompt="hi", category="chat")], 4, 8)
+    requests = load.build_requests([dict(prompt="hi", category="chat")], 4, 8)
     levels, records = bench_serving.run_levels("/py", "http://h:1", requests, params=PARAMS, server={},
                                                run_command=_fake(calls, "sglang.benchmark.serving", side))
     runs = [argv for argv in calls if "--output-file" in argv]
@@ -233,7 +234,7 @@ def test_bench_serving_prefers_the_new_module_with_the_driver():
 
 def test_bench_serving_falls_back_to_the_deprecated_module_and_chat_backend():
     calls = []
-    requests = bench.build_requests([dict(prompt="hi", category="chat")], 4, 8)
+    requests = load.build_requests([dict(prompt="hi", category="chat")], 4, 8)
     levels, _records = bench_serving.run_levels("/py", "http://h:1", requests,
                                                 params=dict(PARAMS, api="chat", repeats=1, flush_cache=False,
                                                             warmup_requests=0),

@@ -10,6 +10,7 @@ import pytest
 
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import accept
 from ansible_collections.gpufleet.llm.plugins.module_utils._bench import bench
+from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import load
 
 
 def _s(tokens, steps):
@@ -57,7 +58,7 @@ def test_sample_requests_are_the_benchmarks_cycling_distinct_prompts():
     assert len({r["prompt"] for r in requests}) == len(accept.PROMPTS)
     assert all(r["max_new_tokens"] == 32 and r["category"] in bench.CATEGORIES for r in requests)
     # the benchmark's own request form (sglang_bench's build_requests)
-    assert requests == bench.build_requests([dict(prompt=t, category=c) for c, t in accept.PROMPTS], 10, 32)
+    assert requests == load.build_requests([dict(prompt=t, category=c) for c, t in accept.PROMPTS], 10, 32)
 
 
 @pytest.mark.parametrize("api,path,template", [("chat", "/v1/chat/completions", True), ("generate", "/generate", False)])

@@ -12,7 +12,9 @@ import threading
 
 import pytest
 
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import http as _http
 from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
+from ansible_collections.gpufleet.llm.plugins.module_utils._hub import resolve as _resolve
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import client as h
 from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import (  # noqa: F401 pylint: disable=unused-import
     free_port, standin_factory)
@@ -126,7 +128,9 @@ class _Redirects(http.server.BaseHTTPRequestHandler):
 
 
 def test_a_redirect_is_answered_not_followed():
-    assert h.NoRedirect is _hub.NoRedirect  # one redirect guard for the Hub and SGLang clients
+    # one redirect guard and one TLS policy for the Hub and SGLang clients (_common/http.py)
+    assert h.NoRedirect is _hub.NoRedirect is _resolve.NoRedirect is _http.NoRedirect
+    assert h.ssl_context is _resolve.ssl_context is _http.ssl_context
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Redirects)
     server.seen = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.gpufleet.llm.plugins.module_utils._common import systemd
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import unit
 
 UNIT = "sglang-itest.service"
@@ -95,7 +96,7 @@ JOURNAL = """2026-12-03T17:34:58+0000 gpu1 sh[85]: error: cannot listen on 127.0
 
 
 def _show(name):
-    return unit.parse_show(SHOW[name])
+    return systemd.parse_show(SHOW[name])
 
 
 def test_parse_show_reads_every_property():
@@ -188,4 +189,4 @@ def test_watch_reports_a_failing_systemctl():
 @pytest.mark.parametrize("name,ok", [("sglang-main.service", True), ("sglang@a.service", True),
                                      ("-H host", False), ("a;reboot", False), ("", False)])
 def test_unit_names(name, ok):
-    assert (unit.check_name(name) is None) is ok
+    assert (systemd.check_name(name) is None) is ok

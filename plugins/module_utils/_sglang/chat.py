@@ -2,7 +2,9 @@
 # Copyright (c) gpufleet.llm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""sglang_bench's two request shapes: raw text to ``/generate`` and chat to ``/v1/chat/completions``.
+"""SGLang's two request shapes: raw text to ``/generate`` and chat to ``/v1/chat/completions``.
+
+sglang_bench measures with them and sglang_probe's accept-length sample sends them (load.py).
 
 Private to the collection: not a public API, may change without notice.
 
@@ -34,6 +36,10 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._common import secret
 from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import client as _sglang_http
 
 APIS = ("auto", "generate", "chat")
+# The Kimi K2.6 model card: "Unless otherwise specified, all Kimi K2.6 experiments were conducted
+# with temperature = 1.0, top-p = 1.0". Greedy decoding (0) would inflate the accept length: the
+# drafter guesses the argmax far more often than a sampled token.
+DEFAULT_TEMPERATURE = 1.0
 CHAT_PATH = "/v1/chat/completions"
 
 
