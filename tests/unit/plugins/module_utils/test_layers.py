@@ -46,13 +46,6 @@ MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 80
 # Kept whole on purpose: they are copied alone into SGLang's venv (see STANDALONE).
 SIZE_EXEMPT = STANDALONE
-# TEMPORARY (issue 21): _fetch is being split by its own change at the same time as this test was
-# written. These are the exact offenders found in _fetch then; the integrator empties this list once
-# both changes are merged. An entry that no longer offends fails the test, so the list cannot rot.
-FETCH_SIZE_ALLOWANCE = (
-    "_fetch/snapshot.py: file",
-    "_fetch/transfer.py: file",
-)
 
 
 class Violation(object):
@@ -250,21 +243,11 @@ def test_every_package_and_flat_module_is_in_the_table():
         sorted(present - set(ALLOWED)), sorted(set(ALLOWED) - present))
 
 
-def test_no_long_rooms_outside_the_fetch_allowance():
+def test_no_long_rooms():
     offenders = dict(long_rooms(MODULE_UTILS))
-    unexpected = ["%s: %s" % (key, why) for key, why in sorted(offenders.items()) if key not in FETCH_SIZE_ALLOWANCE]
+    unexpected = ["%s: %s" % (key, why) for key, why in sorted(offenders.items())]
     assert not unexpected, ("files over %d lines or functions over %d lines (split them along their seams):\n%s"
                             % (MAX_FILE_LINES, MAX_FUNCTION_LINES, "\n".join(unexpected)))
-
-
-def test_the_fetch_allowance_is_exact_and_temporary():
-    """Prints the allowance (pytest -s, or the failure) and fails on an entry that no longer offends."""
-    assert all(entry.startswith("_fetch/") for entry in FETCH_SIZE_ALLOWANCE), "the allowance is for _fetch only"
-    offenders = dict(long_rooms(MODULE_UTILS))
-    print("TEMPORARY size allowance for _fetch (issue 21; the integrator empties FETCH_SIZE_ALLOWANCE): %s"
-          % (", ".join("%s (%s)" % (e, offenders.get(e, "fixed")) for e in FETCH_SIZE_ALLOWANCE) or "empty"))
-    fixed = [entry for entry in FETCH_SIZE_ALLOWANCE if entry not in offenders]
-    assert not fixed, "no longer over the limits, remove from FETCH_SIZE_ALLOWANCE in %s: %s" % (__file__, fixed)
 
 
 def test_the_standalone_scripts_say_so_in_their_docstrings():
