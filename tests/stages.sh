@@ -183,6 +183,46 @@ run_pytest() {
     return $rc
 }
 
+# The fast unit lane (make units-fast): plain pytest on the checkout itself, through the collection
+# link (link_collection), without the tests that run ansible-playbook (marker `playbook`, see
+# tests/unit/conftest.py); no lab, no ansible-test copy. As in ansible-test units, the tests of modules
+# and module_utils run in another pytest process than the controller's (filter and action plugin
+# tests import controller code, which turns a module's warnings into controller display calls for the
+# rest of the process), both at once, each with parallel workers (pytest-xdist: the tests wait on
+# servers and subprocesses far more than they compute; UNITS_FAST_WORKERS per process, default 3).
+# Each process's output is printed when it ends. UNITS_FAST_ARGS adds pytest arguments (e.g.
+# --durations=30, or -k EXPR).
+do_units_fast() {
+    link_collection
+    local coll=$CACHE/collections out=$CACHE/run/units-fast ctx rc=0 pids=() bad=() controller=()
+    local llm=$coll/ansible_collections/gpufleet/llm
+    mkdir -p "$out"
+    # units_fast_context NAME PATH...: one pytest process, its output in $out/NAME.log.
+    units_fast_context() {
+        local name=$1 rc=0
+        shift
+        # shellcheck disable=SC2086  # UNITS_FAST_ARGS is a list of pytest arguments
+        (cd "$llm" && PYTHONPATH=$coll "$PY" -m pytest -p no:cacheprovider --import-mode=importlib \
+            -n "${UNITS_FAST_WORKERS:-3}" -m "not playbook and not sglang_real" -q -rs ${UNITS_FAST_ARGS:-} "$@") > "$out/$name.log" 2>&1 || rc=$?
+        # pytest exits 5 when it collected nothing: that must never read as a pass.
+        [ $rc -ne 5 ] || { echo "pytest collected no tests: failing" >> "$out/$name.log"; rc=1; }
+        return $rc
+    }
+    # everything under tests/unit but plugins/modules and plugins/module_utils
+    mapfile -t controller < <(cd "$llm" && find tests/unit -mindepth 1 -maxdepth 1 -type d ! -name '__pycache__' ! -name plugins | sort
+                              find tests/unit/plugins -mindepth 1 -maxdepth 1 -type d ! -name '__pycache__' ! -name modules ! -name module_utils | sort)
+    units_fast_context modules tests/unit/plugins/modules tests/unit/plugins/module_utils & pids+=($!)
+    units_fast_context controller "${controller[@]}" & pids+=($!)
+    for ctx in modules controller; do
+        wait "${pids[0]}" || { rc=1; bad+=("$ctx"); }
+        pids=("${pids[@]:1}")
+        log "--- units-fast: $ctx ($out/$ctx.log)"
+        cat "$out/$ctx.log" >&2
+    done
+    [ $rc -eq 0 ] || log "units-fast: failed in ${bad[*]}"
+    return $rc
+}
+
 do_lab_local() { run_pytest tests/lab/tests -m "not lab" --deselect tests/lab/tests/test_lab_teardown.py -q; }
 do_lab_marked() { run_pytest tests/lab/tests -m lab -q; }
 do_lab_up() { "$PY" "$ROOT/tests/lab/labctl.py" up --hosts "$LAB_HOSTS"; }
@@ -404,7 +444,7 @@ run_demo() {
     log "  $PY tests/lab/labctl.py status | exec gpu1 -- CMD ; make lab-down removes it."
 }
 
-[ $# -gt 0 ] || { log "usage: $0 test|demo|setup|lint|build|ee|sanity|units|lab-local|lab-up|lab-down|lab-status|integration|bench"; exit 2; }
+[ $# -gt 0 ] || { log "usage: $0 test|demo|setup|lint|build|ee|sanity|units|units-fast|lab-local|lab-up|lab-down|lab-status|integration|bench"; exit 2; }
 for what in "$@"; do
     case $what in
         test) run_test ;;
@@ -415,6 +455,7 @@ for what in "$@"; do
         ee) stage ee do_ee ;;
         sanity) stage sanity do_sanity ;;
         units) stage units do_units ;;
+        units-fast) stage apt do_apt && stage venv do_venv && stage units-fast do_units_fast ;;
         lab-local) stage lab-local do_lab_local ;;
         lab-up) stage lab-up do_lab_up ;;
         lab-down) stage lab-down do_lab_down ;;

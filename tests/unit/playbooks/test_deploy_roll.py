@@ -22,13 +22,13 @@ import yaml
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
+pytestmark = pytest.mark.playbook  # runs a real ansible-playbook (tests/unit/conftest.py)
+
 # A stdout callback that records every result as {plays: [{play: {name}, tasks: [{task: {name}, hosts:
 # {host: result}}]}]} (the shape of ansible.posix.json, which ansible-core alone does not ship).
 RECORDER = """
 import json
 from ansible.plugins.callback import CallbackBase
-
-pytestmark = pytest.mark.playbook  # runs a real ansible-playbook (tests/unit/conftest.py)
 
 
 class CallbackModule(CallbackBase):
