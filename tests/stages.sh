@@ -194,7 +194,7 @@ run_pytest() {
 # and module_utils run in another pytest process than the controller's (filter and action plugin
 # tests import controller code, which turns a module's warnings into controller display calls for the
 # rest of the process), both at once, each with parallel workers (pytest-xdist: the tests wait on
-# servers and subprocesses far more than they compute; UNITS_FAST_WORKERS per process, default 3).
+# servers and subprocesses far more than they compute; UNITS_FAST_WORKERS per process, default 4).
 # Each process's output is printed when it ends. UNITS_FAST_ARGS adds pytest arguments (e.g.
 # --durations=30, or -k EXPR).
 do_units_fast() {
@@ -208,7 +208,7 @@ do_units_fast() {
         shift
         # shellcheck disable=SC2086  # UNITS_FAST_ARGS is a list of pytest arguments
         (cd "$llm" && PYTHONPATH=$coll "$PY" -m pytest -p no:cacheprovider --import-mode=importlib \
-            -n "${UNITS_FAST_WORKERS:-3}" -m "not playbook and not sglang_real" -q -rs ${UNITS_FAST_ARGS:-} "$@") > "$out/$name.log" 2>&1 || rc=$?
+            -n "${UNITS_FAST_WORKERS:-4}" -m "not playbook and not sglang_real" -q -rs ${UNITS_FAST_ARGS:-} "$@") > "$out/$name.log" 2>&1 || rc=$?
         # pytest exits 5 when it collected nothing: that must never read as a pass.
         [ $rc -ne 5 ] || { echo "pytest collected no tests: failing" >> "$out/$name.log"; rc=1; }
         return $rc
