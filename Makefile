@@ -6,11 +6,12 @@ export GPUFLEET_LAB_CACHE LAB_HOSTS
 
 STAGES := bash tests/stages.sh
 
-.PHONY: help demo test setup lint build ee sanity units lab-tests integration lab-up lab-down lab-status bench clean
+.PHONY: help demo test setup lint build ee sanity units units-fast lab-tests integration lab-up lab-down lab-status bench clean
 
 help:
 	@echo "make demo      bring up the lab and run the collection against it"
 	@echo "make test      install everything, then lint, build, sanity, units, lab tests, integration"
+	@echo "make units-fast  the unit tests with plain pytest, without the playbook-running ones (no lab)"
 	@echo "make lab-up    boot the lab (LAB_HOSTS=$(LAB_HOSTS)); make lab-down removes every trace"
 	@echo "make bench     benchmarks; results in bench-results/"
 
@@ -37,6 +38,9 @@ sanity:
 
 units:
 	@$(STAGES) units
+
+units-fast:
+	@$(STAGES) units-fast
 
 lab-tests:
 	@$(STAGES) lab-local

@@ -170,9 +170,14 @@ do_sanity() {
     (cd "$COLL" && PATH=$VENV/bin:$PATH ansible-test sanity --venv --python 3.11 --requirements --color no)
 }
 
+# Then every skipped test with its reason, from the JUnit XML ansible-test writes: a skip fails the
+# stage (a full run skips nothing; the real-parser tests need the SGLang venv lab-local builds).
 do_units() {
+    local rc=0
     sync_collection
-    (cd "$COLL" && PATH=$VENV/bin:$PATH ansible-test units --venv --python 3.11 --requirements --color no)
+    (cd "$COLL" && PATH=$VENV/bin:$PATH ansible-test units --venv --python 3.11 --requirements --color no) || rc=$?
+    "$PY" "$ROOT/tests/tools/junit_skips.py" "$COLL/tests/output/junit" >&2 || { [ $rc -ne 0 ] || rc=1; }
+    return $rc
 }
 
 # pytest exits 5 when it collected nothing: that must never read as a pass.
@@ -180,6 +185,46 @@ run_pytest() {
     local rc=0
     (cd "$ROOT" && "$PY" -m pytest -p no:cacheprovider "$@") || rc=$?
     if [ $rc -eq 5 ]; then log "pytest collected no tests: failing"; return 1; fi
+    return $rc
+}
+
+# The fast unit lane (make units-fast): plain pytest on the checkout itself, through the collection
+# link (link_collection), without the tests that run ansible-playbook (marker `playbook`, see
+# tests/unit/conftest.py); no lab, no ansible-test copy. As in ansible-test units, the tests of modules
+# and module_utils run in another pytest process than the controller's (filter and action plugin
+# tests import controller code, which turns a module's warnings into controller display calls for the
+# rest of the process), both at once, each with parallel workers (pytest-xdist: the tests wait on
+# servers and subprocesses far more than they compute; UNITS_FAST_WORKERS per process, default 4).
+# Each process's output is printed when it ends. UNITS_FAST_ARGS adds pytest arguments (e.g.
+# --durations=30, or -k EXPR).
+do_units_fast() {
+    link_collection
+    local coll=$CACHE/collections out=$CACHE/run/units-fast ctx rc=0 pids=() bad=() controller=()
+    local llm=$coll/ansible_collections/gpufleet/llm
+    mkdir -p "$out"
+    # units_fast_context NAME PATH...: one pytest process, its output in $out/NAME.log.
+    units_fast_context() {
+        local name=$1 rc=0
+        shift
+        # shellcheck disable=SC2086  # UNITS_FAST_ARGS is a list of pytest arguments
+        (cd "$llm" && PYTHONPATH=$coll "$PY" -m pytest -p no:cacheprovider --import-mode=importlib \
+            -n "${UNITS_FAST_WORKERS:-4}" -m "not playbook and not sglang_real" -q -rs ${UNITS_FAST_ARGS:-} "$@") > "$out/$name.log" 2>&1 || rc=$?
+        # pytest exits 5 when it collected nothing: that must never read as a pass.
+        [ $rc -ne 5 ] || { echo "pytest collected no tests: failing" >> "$out/$name.log"; rc=1; }
+        return $rc
+    }
+    # everything under tests/unit but plugins/modules and plugins/module_utils
+    mapfile -t controller < <(cd "$llm" && find tests/unit -mindepth 1 -maxdepth 1 -type d ! -name '__pycache__' ! -name plugins | sort
+                              find tests/unit/plugins -mindepth 1 -maxdepth 1 -type d ! -name '__pycache__' ! -name modules ! -name module_utils | sort)
+    units_fast_context modules tests/unit/plugins/modules tests/unit/plugins/module_utils & pids+=($!)
+    units_fast_context controller "${controller[@]}" & pids+=($!)
+    for ctx in modules controller; do
+        wait "${pids[0]}" || { rc=1; bad+=("$ctx"); }
+        pids=("${pids[@]:1}")
+        log "--- units-fast: $ctx ($out/$ctx.log)"
+        cat "$out/$ctx.log" >&2
+    done
+    [ $rc -eq 0 ] || log "units-fast: failed in ${bad[*]}"
     return $rc
 }
 
@@ -200,20 +245,29 @@ do_lab_stale() {
 do_lab_status() { "$PY" "$ROOT/tests/lab/labctl.py" status; }
 do_teardown_check() { run_pytest tests/lab/tests/test_lab_teardown.py -q; }
 
-# make test boots TEST_LAB_HOSTS (8) lab hosts and runs the integration targets in three lanes at
-# once, each on its own hosts under the names the targets know (gpu1, gpu2, ...), from its own copy of
-# the collection: sglang_role (the longest target) on hosts 3-4, the 4-host fleet target on hosts 5-8
-# and then sglang_role_ranks (sglang_role's multi-server scenarios) on hosts 5-6, all the others on
-# hosts 1-2. Most of a target's time is waiting on hosts (the controller's CPU is
-# often idle), so the lanes overlap well. The lanes share only the lab Hub, which they read (the
-# targets that reset, cap or fault a Hub, hf_snapshot and fleet, run their own private instances).
-# A lab of 4-7 hosts runs two lanes (sglang_role_ranks in the first) and then fleet on hosts 1-4; a lab of fewer than 4 hosts
-# (`make lab-up` gives 2) runs every 2-host target in one lane and says that fleet did not run.
-TEST_LAB_HOSTS=${TEST_LAB_HOSTS:-8}
+# make test boots TEST_LAB_HOSTS (10) lab hosts and runs the integration targets in lanes at once,
+# each on its own hosts under the names the targets know (gpu1, gpu2, ...), from its own copy of the
+# collection. With 10 hosts:
+#   lane1, hosts 1-2    every target not named below (hf_snapshot, sglang_bench, gpu_info, ...)
+#   lane2, hosts 3-4    sglang_role (its scenarios of one server on one commit)
+#   lane6, hosts 9-10   sglang_role_rollback (sglang_role's stale/rollback/second-commit scenarios)
+#   lane3, hosts 5-8    fleet (4 hosts), then at once:
+#     lane4, hosts 5-6  sglang_role_ranks (sglang_role's scenarios of more than one server)
+#     lane5, hosts 7-8  AFTER_FLEET_TARGETS
+# With 8-9 hosts lane6 does not exist: sglang_role_rollback runs in lane5 and AFTER_FLEET_TARGETS in
+# lane1. Most of a target's time is waiting on hosts (the controller's CPU is often idle), so the lanes
+# overlap well. The lanes share only the lab Hub, which they read (the targets that reset, cap or fault
+# a Hub, hf_snapshot and fleet, run their own private instances).
+# A lab of 4-7 hosts runs two lanes (sglang_role_ranks in the first, sglang_role_rollback after
+# sglang_role in the second) and then fleet on hosts 1-4; a lab of fewer than 4 hosts (`make lab-up`
+# gives 2) runs every 2-host target in one lane and says that fleet did not run.
+TEST_LAB_HOSTS=${TEST_LAB_HOSTS:-10}
 LANE2_TARGETS=(sglang_role)
+ROLLBACK_TARGETS=(sglang_role_rollback)
 FLEET_TARGETS=(fleet)
-# after fleet, on the first two of its hosts (8 hosts only; otherwise in lane 1)
-LANE3_AFTER_TARGETS=(sglang_role_ranks)
+RANKS_TARGETS=(sglang_role_ranks)
+# on hosts 7-8 after fleet (10 hosts; otherwise in lane 1)
+AFTER_FLEET_TARGETS=(sglang_preflight role_model_tools)
 
 lab_host_count() { grep -c '^gpu[0-9]* ansible_host=' "$INVENTORY" 2>/dev/null || true; }
 
@@ -262,50 +316,74 @@ ansible_test_key() {
     sed -i -E 's/(BEGIN|END) PRIVATE KEY/\1 RSA PRIVATE KEY/' "$key"
 }
 
+# lane_copy N: the collection copy lane N runs from (lane 1 runs from COLL).
+lane_copy() { echo "$COLL_PARENT-lane$1/ansible_collections/gpufleet/llm"; }
+# excluding TARGET...: the ansible-test arguments that leave TARGET... out.
+excluding() { local t; for t in "$@"; do printf -- '--exclude\n%s\n' "$t"; done; }
+
 do_integration() {
     # (each lane syncs its own copy of the collection, COLL included: run_lane)
     ansible_test_key
     # ansible-test runs each target from a copy without lab.env or tests/lab: the targets find the
     # lab's files through this link in the cache (lab.sh).
     ln -sfn "$COLL/tests/lab" "$CACHE/run/lab-dir"
-    local hosts exclude=() fleet_out=() t
+    local hosts lane1_out=() pids=() pid rc=0
     hosts=$(lab_host_count)
-    for t in "${FLEET_TARGETS[@]}"; do fleet_out+=(--exclude "$t"); done
-    if [ "${hosts:-0}" -lt 4 ]; then
+    hosts=${hosts:-0}
+    if [ "$hosts" -lt 4 ]; then
         log "integration: $hosts lab host(s): the 4-host target(s) ${FLEET_TARGETS[*]} do not run (LAB_HOSTS=4 or more)"
-        run_lane all "$COLL" "$INVENTORY" "${fleet_out[@]}"
+        mapfile -t lane1_out < <(excluding "${FLEET_TARGETS[@]}")
+        run_lane all "$COLL" "$INVENTORY" "${lane1_out[@]}"
         return
     fi
     lane_inventory "$CACHE/lane1" 1
     lane_inventory "$CACHE/lane2" 3
-    lane_inventory "$CACHE/lane3" "$([ "$hosts" -ge 8 ] && echo 5 || echo 1)" 4
-    lane_inventory "$CACHE/lane4" 5
-    for t in "${LANE2_TARGETS[@]}"; do exclude+=(--exclude "$t"); done
-    if [ "$hosts" -ge 8 ]; then
-        for t in "${LANE3_AFTER_TARGETS[@]}"; do exclude+=(--exclude "$t"); done
-    fi
-    local pid1 pid3="" rc1=0 rc2=0 rc3=0
-    run_lane lane1 "$COLL" "$CACHE/lane1/inventory.ini" "${exclude[@]}" "${fleet_out[@]}" &
-    pid1=$!
-    if [ "$hosts" -ge 8 ]; then
-        # fleet on hosts 5-8, then the 2-host sglang_role_ranks on hosts 5-6 (lane4), both from lane 3's copy
+    if [ "$hosts" -lt 8 ]; then
+        # two lanes on hosts 1-2 and 3-4, then fleet on hosts 1-4 once both are done
+        lane_inventory "$CACHE/lane3" 1 4
+        mapfile -t lane1_out < <(excluding "${FLEET_TARGETS[@]}" "${LANE2_TARGETS[@]}" "${ROLLBACK_TARGETS[@]}")
+        run_lane lane1 "$COLL" "$CACHE/lane1/inventory.ini" "${lane1_out[@]}" &
+        pids+=($!)
         (
             rc=0
-            run_lane lane3 "$COLL_PARENT-lane3/ansible_collections/gpufleet/llm" "$CACHE/lane3/inventory.ini" "${FLEET_TARGETS[@]}" || rc=$?
-            run_lane lane4 "$COLL_PARENT-lane3/ansible_collections/gpufleet/llm" "$CACHE/lane4/inventory.ini" "${LANE3_AFTER_TARGETS[@]}" || rc=$?
+            run_lane lane2 "$(lane_copy 2)" "$CACHE/lane2/inventory.ini" "${LANE2_TARGETS[@]}" || rc=$?
+            run_lane lane6 "$(lane_copy 2)" "$CACHE/lane2/inventory.ini" "${ROLLBACK_TARGETS[@]}" || rc=$?
             exit $rc
         ) &
-        pid3=$!
+        pids+=($!)
+        for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+        run_lane lane3 "$(lane_copy 3)" "$CACHE/lane3/inventory.ini" "${FLEET_TARGETS[@]}" || rc=$?
+        return $rc
     fi
-    run_lane lane2 "$COLL_PARENT-lane2/ansible_collections/gpufleet/llm" "$CACHE/lane2/inventory.ini" "${LANE2_TARGETS[@]}" || rc2=$?
-    wait "$pid1" || rc1=$?
-    if [ -n "$pid3" ]; then
-        wait "$pid3" || rc3=$?
-    else
-        # hosts 1-4 are free once both lanes are done
-        run_lane lane3 "$COLL_PARENT-lane3/ansible_collections/gpufleet/llm" "$CACHE/lane3/inventory.ini" "${FLEET_TARGETS[@]}" || rc3=$?
+    lane_inventory "$CACHE/lane3" 5 4
+    lane_inventory "$CACHE/lane4" 5
+    lane_inventory "$CACHE/lane5" 7
+    local after=("${ROLLBACK_TARGETS[@]}")
+    if [ "$hosts" -ge 10 ]; then
+        after=("${AFTER_FLEET_TARGETS[@]}")
+        lane_inventory "$CACHE/lane6" 9
+        run_lane lane6 "$(lane_copy 6)" "$CACHE/lane6/inventory.ini" "${ROLLBACK_TARGETS[@]}" &
+        pids+=($!)
     fi
-    [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ]
+    mapfile -t lane1_out < <(excluding "${FLEET_TARGETS[@]}" "${LANE2_TARGETS[@]}" "${ROLLBACK_TARGETS[@]}" \
+        "${RANKS_TARGETS[@]}" "${after[@]}")
+    run_lane lane1 "$COLL" "$CACHE/lane1/inventory.ini" "${lane1_out[@]}" &
+    pids+=($!)
+    run_lane lane2 "$(lane_copy 2)" "$CACHE/lane2/inventory.ini" "${LANE2_TARGETS[@]}" &
+    pids+=($!)
+    (
+        rc=0
+        run_lane lane3 "$(lane_copy 3)" "$CACHE/lane3/inventory.ini" "${FLEET_TARGETS[@]}" || rc=$?
+        # hosts 5-6 and 7-8, each pair its own lane, once fleet is done with all four
+        run_lane lane4 "$(lane_copy 3)" "$CACHE/lane4/inventory.ini" "${RANKS_TARGETS[@]}" &
+        p4=$!
+        run_lane lane5 "$(lane_copy 5)" "$CACHE/lane5/inventory.ini" "${after[@]}" || rc=$?
+        wait "$p4" || rc=$?
+        exit $rc
+    ) &
+    pids+=($!)
+    for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+    return $rc
 }
 
 # --- demo ----------------------------------------------------------------------------------------
@@ -346,7 +424,7 @@ run_test() {
     # nothing else builds it before the units).
     stage lab-local do_lab_local || failed=1
     stage units do_units || failed=1
-    LAB_HOSTS=$TEST_LAB_HOSTS   # three lanes of integration targets (do_integration)
+    LAB_HOSTS=$TEST_LAB_HOSTS   # lanes of integration targets at once (do_integration)
     if stage lab-up do_lab_up; then
         stage lab-tests do_lab_marked || failed=1
         stage integration do_integration || failed=1
@@ -404,7 +482,7 @@ run_demo() {
     log "  $PY tests/lab/labctl.py status | exec gpu1 -- CMD ; make lab-down removes it."
 }
 
-[ $# -gt 0 ] || { log "usage: $0 test|demo|setup|lint|build|ee|sanity|units|lab-local|lab-up|lab-down|lab-status|integration|bench"; exit 2; }
+[ $# -gt 0 ] || { log "usage: $0 test|demo|setup|lint|build|ee|sanity|units|units-fast|lab-local|lab-up|lab-down|lab-status|integration|bench"; exit 2; }
 for what in "$@"; do
     case $what in
         test) run_test ;;
@@ -415,6 +493,7 @@ for what in "$@"; do
         ee) stage ee do_ee ;;
         sanity) stage sanity do_sanity ;;
         units) stage units do_units ;;
+        units-fast) stage apt do_apt && stage venv do_venv && stage units-fast do_units_fast ;;
         lab-local) stage lab-local do_lab_local ;;
         lab-up) stage lab-up do_lab_up ;;
         lab-down) stage lab-down do_lab_down ;;

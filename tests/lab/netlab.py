@@ -1,7 +1,7 @@
 """Network plumbing of the lab: one bridge in the root netns, one netns per lab member.
 
 Plan (fixed, see DESIGN.md "The lab"): bridge gflab0 = 10.231.0.1/24 (the controller), netns
-gflab-hub with 10.231.0.2 (API) and 10.231.0.3 (CDN), netns gflab-gpuN with 10.231.0.1N.
+gflab-hub with 10.231.0.2 (API) and 10.231.0.3 (CDN), netns gflab-gpuN with 10.231.0.(10+N).
 No NAT and no default route anywhere: a lab member can only reach the bridge subnet.
 """
 
@@ -18,8 +18,8 @@ CONTROLLER_ADDR = SUBNET_PREFIX + "1"
 HUB_NETNS = "gflab-hub"
 HUB_API_ADDR = SUBNET_PREFIX + "2"
 HUB_CDN_ADDR = SUBNET_PREFIX + "3"
-# 8: make test runs three integration lanes at once (2 + 2 hosts, and the 4-host fleet target).
-MAX_HOSTS = 8
+# 10: make test runs its integration lanes at once on 2 + 2 + 2 hosts and the 4-host fleet target.
+MAX_HOSTS = 10
 # Root-netns ends of the veth pairs all start with this, so teardown can find strays
 # (veth names linger when a netns outlives its processes or a previous run died half way).
 VETH_PREFIX = "gfl-"
@@ -34,7 +34,7 @@ def host_netns(name: str) -> str:
 
 
 def host_addr(index: int) -> str:
-    return f"{SUBNET_PREFIX}1{index}"
+    return f"{SUBNET_PREFIX}{10 + index}"
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -24,6 +24,8 @@ pytestmark = pytest.mark.playbook  # runs a real ansible-playbook (tests/unit/co
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
+pytestmark = pytest.mark.playbook  # runs a real ansible-playbook (tests/unit/conftest.py)
+
 # A stdout callback that records every result as {plays: [{play: {name}, tasks: [{task: {name}, hosts:
 # {host: result}}]}]} (the shape of ansible.posix.json, which ansible-core alone does not ship).
 RECORDER = """

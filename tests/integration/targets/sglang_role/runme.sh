@@ -50,15 +50,20 @@ scenario() {
     . "$TARGET_DIR/scenario_$1.sh"
 }
 only_mode() { [ -n "${SGLANG_ROLE_ONLY:-}" ]; }
-# SGLANG_ROLE_PART=ranks (the sglang_role_ranks target): after the fresh deploy (1.), the scenarios
-# of more than one server (batches, multinode, 10.) instead of the single-server ones (0., 2.-8.);
-# make test runs the two parts at once on their own lab hosts (tests/stages.sh, do_integration).
+# The target's scenarios come in three parts, each after its own fresh deploy (1.), that make test
+# runs at once on their own lab hosts (tests/stages.sh, do_integration); together they run every
+# scenario exactly once:
+#   (no SGLANG_ROLE_PART, this target)  0., first_check, 2.-6., override: one server per host, one commit;
+#   SGLANG_ROLE_PART=rollback (the sglang_role_rollback target)  5. again as the starting point, then
+#       stale, 7. (a second commit, a corrupted shard), 8. (rollback) and crashloop;
+#   SGLANG_ROLE_PART=ranks (the sglang_role_ranks target)  batches, multinode, 10.: more than one server.
 ranks_part() { [ "${SGLANG_ROLE_PART:-}" = ranks ]; }
+rollback_part() { [ "${SGLANG_ROLE_PART:-}" = rollback ]; }
 
 ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml >/dev/null
 ansible-playbook -i "$INVENTORY" "$LAB_DIR/prepare-hosts.yml" >/dev/null
 
-if ! ranks_part; then
+if ! ranks_part && ! rollback_part; then
     echo "== 0. fetch only, then a check-mode deploy on hosts that never ran SGLang: a diff, nothing written"
     play some gpufleet.llm.deploy -e gpufleet_serve=false
     scenario first_check
@@ -93,48 +98,59 @@ if ranks_part; then
     exit 0
 fi
 
-echo "== 2. the same deploy again: changed=0, same MainPID and start time"
-play 0 gpufleet.llm.deploy
-S2=$(state)
-[ "$S1" = "$S2" ] || { echo "the server changed on a no-op deploy:"; echo "$S1"; echo "$S2"; exit 1; }
+if ! rollback_part; then
+    echo "== 2. the same deploy again: changed=0, same MainPID and start time"
+    play 0 gpufleet.llm.deploy
+    S2=$(state)
+    [ "$S1" = "$S2" ] || { echo "the server changed on a no-op deploy:"; echo "$S1"; echo "$S2"; exit 1; }
 
-echo "== 3. verify.yml on the healthy fleet: changed=0"
-play 0 gpufleet.llm.verify
+    echo "== 3. verify.yml on the healthy fleet: changed=0"
+    play 0 gpufleet.llm.verify
 
-echo "== 4. check mode with a changed option: a diff with the API key masked, nothing changed"
-ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.deploy --check --diff -e '{"itest_args": {"chunked_prefill_size": 4096}}' > "$OUT" 2>&1 \
-    || { cat "$OUT"; exit 1; }
-expect_in "$OUT" '^\+chunked-prefill-size: 4096'
-expect_in "$OUT" 'api-key: "\*\*\*\*\*\*\*\*"'
-! grep -qF -- "$KEY" "$OUT" || { echo "API key in the check-mode diff" >&2; exit 1; }
-[ "$(state)" = "$S2" ] || { echo "check mode changed the server" >&2; exit 1; }
+    echo "== 4. check mode with a changed option: a diff with the API key masked, nothing changed"
+    ansible-playbook "${PLAY_ARGS[@]}" gpufleet.llm.deploy --check --diff -e '{"itest_args": {"chunked_prefill_size": 4096}}' > "$OUT" 2>&1 \
+        || { cat "$OUT"; exit 1; }
+    expect_in "$OUT" '^\+chunked-prefill-size: 4096'
+    expect_in "$OUT" 'api-key: "\*\*\*\*\*\*\*\*"'
+    ! grep -qF -- "$KEY" "$OUT" || { echo "API key in the check-mode diff" >&2; exit 1; }
+    [ "$(state)" = "$S2" ] || { echo "check mode changed the server" >&2; exit 1; }
 
-echo "== 5. change one option for real: exactly one restart per host"
-play some gpufleet.llm.deploy -e '{"itest_args": {"chunked_prefill_size": 4096}}'
-S3=$(state); echo "$S3"
-for h in gpu1 gpu2; do
-    [ "$(field $h 2 <<<"$S3")" != "$(field $h 2 <<<"$S2")" ] || { echo "$h: not restarted" >&2; exit 1; }
-    [ "$(field $h 4 <<<"$S3")" = 0 ] || { echo "$h: systemd restarted it on failure" >&2; exit 1; }
-    since=$(field $h 3 <<<"$S2")
-    stops=$(on "$h" "journalctl -u sglang-itest.service --since @$(( ${since#@} + 1 )) --no-pager | grep -c 'standin: stopped' || true" | field "$h" 2)
-    [ "$stops" = 1 ] || { echo "$h: $stops stops since the previous start (expected exactly 1)" >&2; exit 1; }
-done
+    echo "== 5. change one option for real: exactly one restart per host"
+    play some gpufleet.llm.deploy -e '{"itest_args": {"chunked_prefill_size": 4096}}'
+    S3=$(state); echo "$S3"
+    for h in gpu1 gpu2; do
+        [ "$(field $h 2 <<<"$S3")" != "$(field $h 2 <<<"$S2")" ] || { echo "$h: not restarted" >&2; exit 1; }
+        [ "$(field $h 4 <<<"$S3")" = 0 ] || { echo "$h: systemd restarted it on failure" >&2; exit 1; }
+        since=$(field $h 3 <<<"$S2")
+        stops=$(on "$h" "journalctl -u sglang-itest.service --since @$(( ${since#@} + 1 )) --no-pager | grep -c 'standin: stopped' || true" | field "$h" 2)
+        [ "$stops" = 1 ] || { echo "$h: $stops stops since the previous start (expected exactly 1)" >&2; exit 1; }
+    done
+    ARGS='{"itest_args": {"chunked_prefill_size": 4096}}'
+    CUR=(-e "$ARGS")
+
+    echo "== 6. a misspelt option: the preflight fails naming it, nothing is written"
+    must_fail "$OUT" gpufleet.llm.deploy -e '{"itest_args": {"chunked_prefill_size": 4096, "speculativ_num_steps": 3}}'
+    expect_in "$OUT" 'speculativ-num-steps'
+    [ "$(state)" = "$S3" ] || { echo "a failed preflight changed the server" >&2; exit 1; }
+
+    echo "   tags cannot go around the gate: with the preflight skipped, neither configure nor service acts"
+    for phase in sglang_configure sglang_service; do
+        must_fail "$OUT" gpufleet.llm.deploy --tags "model_verify,$phase" --skip-tags sglang_preflight \
+            -e '{"itest_args": {"chunked_prefill_size": 2048}}'
+        expect_in "$OUT" 'the preflight \(sglang_preflight tag\) did not run'
+        [ "$(state)" = "$S3" ] || { echo "--skip-tags sglang_preflight let $phase change the server" >&2; exit 1; }
+    done
+    scenario override
+    echo "sglang_role: all scenarios of one server on one commit passed (sglang_role_rollback and sglang_role_ranks run the others)"
+    exit 0
+fi
+
+# SGLANG_ROLE_PART=rollback: from the state step 5 leaves (one option changed for real; its own
+# assertions are the sglang_role target's), the scenarios that restart, roll back or move commits.
+echo "== 5. (again, as the starting point) one option changed for real"
 ARGS='{"itest_args": {"chunked_prefill_size": 4096}}'
+play some gpufleet.llm.deploy -e "$ARGS"
 CUR=(-e "$ARGS")
-
-echo "== 6. a misspelt option: the preflight fails naming it, nothing is written"
-must_fail "$OUT" gpufleet.llm.deploy -e '{"itest_args": {"chunked_prefill_size": 4096, "speculativ_num_steps": 3}}'
-expect_in "$OUT" 'speculativ-num-steps'
-[ "$(state)" = "$S3" ] || { echo "a failed preflight changed the server" >&2; exit 1; }
-
-echo "   tags cannot go around the gate: with the preflight skipped, neither configure nor service acts"
-for phase in sglang_configure sglang_service; do
-    must_fail "$OUT" gpufleet.llm.deploy --tags "model_verify,$phase" --skip-tags sglang_preflight \
-        -e '{"itest_args": {"chunked_prefill_size": 2048}}'
-    expect_in "$OUT" 'the preflight \(sglang_preflight tag\) did not run'
-    [ "$(state)" = "$S3" ] || { echo "--skip-tags sglang_preflight let $phase change the server" >&2; exit 1; }
-done
-scenario override
 scenario stale
 S3=$(state)
 
@@ -169,4 +185,4 @@ done
 ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e itest_serving=current >/dev/null
 play 0 gpufleet.llm.deploy -e "$ARGS" -e itest_revision=main
 scenario crashloop
-echo "sglang_role: all single-server scenarios passed (the sglang_role_ranks target runs the others)"
+echo "sglang_role (rollback): all scenarios passed"

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Sourced by runme.sh after step 6 (or after the first deploy with SGLANG_ROLE_ONLY=stale). Issue 11
+# Sourced by runme.sh in the sglang_role_rollback part (SGLANG_ROLE_PART=rollback), after step 5's option
+# change (or after the first deploy with SGLANG_ROLE_ONLY=stale). Issue 11
 # item 4: a deploy whose controller dies between writing the files and its restart handler (here on
 # purpose: a callback ends ansible-playbook as the first task after configure starts) leaves the old
 # server running on the new files. Check mode then says it would restart it; the next deploy restarts

@@ -335,6 +335,40 @@ def _aria2_children():
     return pids
 
 
+# test_sigkill_of_aria2_mid_file_resumes: the kill waits for this much progress; the deadline only fails.
+KILL_AFTER_BYTES = 512 * 1024
+KILL_DEADLINE = 120
+
+
+def _progress_bytes(dest):
+    """bytes_done in dest's progress.json (0 before its first write or while it is being replaced)."""
+    try:
+        with open(os.path.join(str(dest), ".gpufleet", "progress.json")) as handle:
+            return json.load(handle).get("bytes_done") or 0
+    except (OSError, ValueError):
+        return 0
+
+
+def _partial_with_control(dest, least):
+    """Staging files holding at least ``least`` bytes on disk, with aria2's .aria2 control file beside."""
+    staging = os.path.join(str(dest), ".gpufleet", "staging")
+    try:
+        names = set(os.listdir(staging))
+    except OSError:
+        return []
+    found = []
+    for name in sorted(names):
+        if name + ".aria2" not in names:
+            continue
+        try:
+            st = os.stat(os.path.join(staging, name))
+        except OSError:
+            continue
+        if min(st.st_size, st.st_blocks * 512) >= least:
+            found.append(name)
+    return found
+
+
 def test_sigkill_of_aria2_mid_file_resumes(lab_hub, aria2c, tmp_path):
     lab_hub.config(rate_per_conn=1024 * 1024)
     dest = tmp_path / "d"
@@ -352,16 +386,21 @@ def test_sigkill_of_aria2_mid_file_resumes(lab_hub, aria2c, tmp_path):
 
     worker = threading.Thread(target=target)
     worker.start()
+    # Driven by bytes, not by the clock: kill once the fetch shows progress (progress.json counts
+    # bytes) and a file is half-way in staging with its .aria2 control file beside it, i.e. aria2 is
+    # mid-file with state to resume from. The deadline only fails the test, it never triggers the kill.
+    deadline = time.monotonic() + KILL_DEADLINE
     killed = False
-    for dummy in range(100):
-        pids = _aria2_children()
-        if pids and os.path.exists(dest / ".gpufleet" / "progress.json"):
-            time.sleep(2)
+    while not killed:
+        assert time.monotonic() < deadline, "no partial file with bytes in staging within %d s: %s" % (
+            KILL_DEADLINE, _progress_bytes(dest))
+        assert worker.is_alive() or _aria2_children(), "the fetch ended before the kill: %r" % box
+        if _progress_bytes(dest) >= KILL_AFTER_BYTES and _partial_with_control(dest, KILL_AFTER_BYTES):
             for pid in _aria2_children():
                 os.kill(pid, signal.SIGKILL)
                 killed = True
-            break
-        time.sleep(0.1)
+        if not killed:
+            time.sleep(0.05)
     worker.join(120)
     assert killed
     assert "err" in box, "one try only: the killed run must fail"
