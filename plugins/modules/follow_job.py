@@ -34,7 +34,7 @@ description:
   - That look counts as alive whatever it cannot tell, so it never fails a live job - no C(/proc), no
     C(grep) or C(timeout), a look that did not find the poll's own shell command line (the proof that
     C(/proc) and C(grep) work there), a read of C(/proc) that hung, or a job id not of
-    C(async_wrapper)'s shape (mitogen's own async, for example): such a job is followed until O(timeout)
+    C(async_wrapper)'s shape (mitogen's own async, for example); such a job is followed until O(timeout)
     as before.
   - With C(no_log) on the task, each poll prints only that it happened, not the job's line.
 author:

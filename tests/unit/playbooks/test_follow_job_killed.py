@@ -89,10 +89,10 @@ class Play(object):
 
     def finish(self) -> int:
         try:
-            rest, _ = self.proc.communicate(timeout=PLAY_LIMIT)
+            rest = self.proc.communicate(timeout=PLAY_LIMIT)[0]
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)  # the play this test started, and its children
-            rest, _ = self.proc.communicate()
+            rest = self.proc.communicate()[0]
             self.lines.append(rest)
             pytest.fail("the play did not end within %d s:\n%s" % (PLAY_LIMIT, "".join(self.lines)[-4000:]))
         self.lines.append(rest)
@@ -129,7 +129,7 @@ def test_a_job_killed_without_a_trace_fails_the_follow_at_once(tmp_path):
     assert "job j" in out, out  # names the job id
     # at once: the poll running at the kill, then two polls that see no process (the second fails)
     assert _polls("".join(play.lines[seen:])) <= 2, out
-    results = [f for f in os.listdir(tmp_path / "async")]
+    results = list(os.listdir(tmp_path / "async"))
     assert len(results) == 1 and json.loads((tmp_path / "async" / results[0]).read_text()).get("finished") in (0, False)
 
 

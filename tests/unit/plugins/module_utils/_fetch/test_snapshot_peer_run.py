@@ -20,7 +20,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import claim a
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import peers as _peers
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
 from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
-from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils._fetch.test_snapshot_peers import (  # noqa: F401 - fixtures
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils._fetch.test_snapshot_peers import (  # noqa: F401 pylint: disable=unused-import
     SHARDS, hub_files, peer_args, peers, run, seed, status_of)
 
 RUN = "k3v9x0qa"
