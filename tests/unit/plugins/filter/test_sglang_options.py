@@ -4,7 +4,7 @@
 """gpufleet.llm.sglang_options: the sglang role's option merge (issue 11 item 1).
 
 The alias table is checked against SGLang 0.5.23's own parser in test_sglang_options_sglang.py;
-the role's use of the filter in test_sglang_options_facts.py.
+the role's use of the filter in tests/unit/roles/test_sglang_options_facts.py.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """gpufleet.llm.sglang_url: where a prober reaches the server of given options. The role renders it
 for sglang_service.url (tests/unit/roles/test_sglang_service_url.py) and for the restored server on a
-rollback (test_sglang_rollback_url.py); this tests the rule itself."""
+rollback (tests/unit/roles/test_sglang_rollback_url.py); this tests the rule itself."""
 from __future__ import annotations
 
 import pytest

@@ -21,7 +21,7 @@ import yaml
 
 pytestmark = pytest.mark.playbook  # runs a real ansible-playbook (tests/unit/conftest.py)
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 ROLLBACK = os.path.join(ROOT, "roles", "sglang", "tasks", "rollback.yml")
 NEW_URL = "http://127.0.0.1:30112"  # sglang_service.url: the config that failed
 
