@@ -414,8 +414,8 @@ def test_keys_leak_where_sglang_leaks_them(sglang, start, models):
     assert "server_args.resolved_dict()" in build and "result['launch_command'] = server_args.launch_command" in build
     assert {"api_key", "admin_api_key", "launch_command"} <= sglang["server_info"]
     # launch_command: the merged argv joined by spaces (server_args.py prepare_server_args)
-    assert "redact_watermark_command_line(argv, " in ast.unparse(_function(src.tree("srt/server_args.py"),
-                                                                        "prepare_server_args"))
+    prepare = _function(src.tree("srt/server_args.py"), "prepare_server_args")
+    assert "redact_watermark_command_line(argv, " in ast.unparse(prepare)
     assert "return config_args + before_config + after_config" in src.read("srt/utils/server_args_config_parser.py")
     key, admin = "sk-fidelity-KEY", "sk-fidelity-ADMIN"
     s = start({"model-path": str(models["target"]), "api-key": key, "admin-api-key": admin, "trust-remote-code": True},
