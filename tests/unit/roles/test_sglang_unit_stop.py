@@ -68,7 +68,7 @@ def test_the_start_limit_is_in_unit_and_stops_a_crash_loop():
     sections = _sections(sglang_start_limit_interval=1200, sglang_start_limit_burst=3, sglang_stop_timeout=1800)
     assert "StartLimitIntervalSec=1200" in sections["Unit"]
     assert "StartLimitBurst=3" in sections["Unit"]
-    # systemd reads StartLimitIntervalSec= only in [Unit]: in [Service] systemd 252 reports "Unknown key name" and ignores it
+    # systemd reads StartLimitIntervalSec= only in [Unit]: systemd 252 says "Unknown key 'StartLimitIntervalSec' in section [Service], ignoring"
     assert not [line for line in sections["Service"] if line.startswith("StartLimit")]
     assert "TimeoutStopSec=1800" in sections["Service"]
 
