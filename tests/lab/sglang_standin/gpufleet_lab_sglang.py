@@ -89,6 +89,7 @@ import hashlib
 import hmac
 import http.server
 import json
+import logging
 import os
 import random
 import shutil
@@ -184,6 +185,12 @@ class ConfigError(Exception):
 
 class StartError(Exception):
     """Start-up failure: exit 1."""
+
+
+def logging_level(name: str) -> int:
+    """SGLang's log-level as configure_logger() applies it: ``getattr(logging, log_level.upper())``."""
+    level = getattr(logging, str(name).upper(), None)
+    return level if isinstance(level, int) else logging.INFO
 
 
 def log(msg: str) -> None:
@@ -1430,8 +1437,10 @@ def main(argv: list[str] | None = None) -> int:
         model = Model(config, drafter_block)
         state = State(config, model)
         state.launch_command = launch_command(argv)
-        # entrypoints/engine.py: `logger.info(f"server_args={...resolved_dict()}")`, keys included.
-        log(f"server_args={state.server_args()!r}")
+        # entrypoints/engine.py: `logger.info(f"server_args={...resolved_dict()}")`, keys included, after
+        # utils/common.py configure_logger() set the root level from log-level: only at info or debug.
+        if logging_level(config["log-level"]) <= logging.INFO:
+            log(f"server_args={state.server_args()!r}")
         log("delay model: " + json.dumps(model.describe(), sort_keys=True))
         drain = Drain(state, stop)
         if state.rank == 0:

@@ -516,6 +516,20 @@ def test_api_key(start, models):
     assert f"'api_key': '{key}'" in s.log
 
 
+def test_server_args_line_follows_the_log_level(start, models):
+    """SGLang 0.5.23's configure_logger() sets the root level from log-level before engine.py logs
+    `server_args=` at INFO: at warning the line (keys and all) is not written; at info it is."""
+    key = "lab-standin-loglevel-key-7"
+    quiet = start({"model-path": str(models["target"]), "api-key": key, "log-level": "warning"})
+    quiet.wait_ready()
+    assert quiet.stop() == 0
+    assert "server_args=" not in quiet.log and key not in quiet.log
+    loud = start({"model-path": str(models["target"]), "api-key": key, "log-level": "info"})
+    loud.wait_ready()
+    assert loud.stop() == 0
+    assert "server_args=" in loud.log and f"'api_key': '{key}'" in loud.log
+
+
 def test_never_ready_knob(start, models):
     s = start({"model-path": str(models["target"])}, env={"GPUFLEET_STANDIN_NEVER_READY": "1"})
     s.wait_log(lambda log: "never ready" in log.lower() or "NEVER_READY=1" in log)

@@ -404,6 +404,9 @@ def test_keys_leak_where_sglang_leaks_them(sglang, start, models):
     src = sglang["src"]
     engine = src.read("srt/entrypoints/engine.py")
     assert 'logger.info(f"server_args={_server_args_for_logging(server_args)}")' in engine
+    # ... at INFO, under the root level configure_logger() takes from log-level (the stand-in's gate)
+    configure = ast.unparse(_function(src.tree("srt/utils/common.py"), "configure_logger"))
+    assert "level=getattr(logging, server_args.log_level.upper())" in configure
     assert "redact_watermark_secrets(server_args.resolved_dict())" in ast.unparse(
         _function(src.tree("srt/entrypoints/engine.py"), "_server_args_for_logging"))
     watermark = src.tree("srt/sampling/watermarking/core.py")
