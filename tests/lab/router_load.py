@@ -41,6 +41,7 @@ Usage:
                      [--stop-file PATH] [--clients 8] [--max-tokens 400] [--watch-workers]
                      (the router's API key from the environment variable ROUTER_LOAD_API_KEY, never argv)
   router_load.py check --summary summary.json --log WORKER_URL=PATH ... [--out check.json]
+  router_load.py workers --router URL [--expect URL ... [--wait S]]
 
 Standard library only (plus the collection's _sglang/chat.py).
 """
@@ -438,6 +439,51 @@ def cmd_check(args):
     return 0
 
 
+def list_workers(target, api_key):
+    """The router's GET /workers as {url: is_healthy}; raises OSError/ValueError when it does not answer."""
+    conn = target.connection(10.0)
+    try:
+        headers = {"Authorization": "Bearer %s" % api_key} if api_key else {}
+        conn.request("GET", target.prefix + "/workers", headers=headers)
+        resp = conn.getresponse()
+        body = resp.read()
+        if resp.status != 200:
+            raise ValueError("GET /workers answered %d" % resp.status)
+        return {w["url"]: bool(w.get("is_healthy")) for w in json.loads(body.decode("utf-8")).get("workers") or []}
+    except http.client.HTTPException as exc:
+        raise OSError(str(exc))
+    finally:
+        conn.close()
+
+
+def cmd_workers(args):
+    """Print the router's workers; with --expect, wait (at most --wait s) until exactly those are listed, all
+    healthy, and fail naming the difference otherwise."""
+    api_key = os.environ.get(API_KEY_ENV) or None
+    target = Target(args.router)
+    want = sorted(u.rstrip("/") for u in args.expect or [])
+    deadline = time.monotonic() + args.wait
+    while True:
+        try:
+            workers = list_workers(target, api_key)
+            problem = None
+        except (OSError, ValueError) as exc:
+            workers, problem = {}, _mask(exc, api_key)
+        if problem is None and args.expect is not None:
+            if sorted(workers) != want:
+                problem = "listed %s, expected %s" % (sorted(workers), want)
+            elif not all(workers.values()):
+                problem = "not healthy: %s" % sorted(u for u, ok in workers.items() if not ok)
+        if problem is None or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    print(json.dumps({"router": target.base_url, "workers": workers}, sort_keys=True))
+    if problem:
+        print("router %s: %s" % (target.base_url, problem), file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -457,8 +503,12 @@ def main(argv=None):
     check.add_argument("--summary", required=True)
     check.add_argument("--log", action="append", default=[], help="WORKER_URL=PATH of its request log")
     check.add_argument("--out")
+    workers = sub.add_parser("workers", help="the router's GET /workers (with --expect: exactly those, healthy)")
+    workers.add_argument("--router", required=True)
+    workers.add_argument("--expect", nargs="*", help="worker URLs that must be listed, all healthy")
+    workers.add_argument("--wait", type=float, default=0.0, help="seconds to wait for --expect to hold")
     args = parser.parse_args(argv)
-    return cmd_run(args) if args.cmd == "run" else cmd_check(args)
+    return {"run": cmd_run, "check": cmd_check, "workers": cmd_workers}[args.cmd](args)
 
 
 if __name__ == "__main__":

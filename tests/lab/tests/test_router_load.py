@@ -107,10 +107,16 @@ class FakeRouter(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
 
 
+class QuietServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        pass  # the resets the tests make on purpose
+
+
 @pytest.fixture()
 def fake():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeRouter)
-    server.daemon_threads = True
+    server = QuietServer(("127.0.0.1", 0), FakeRouter)
     FakeRouter.workers = []
     FakeRouter.seen = []
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -235,3 +241,15 @@ def test_run_until_the_stop_file_with_the_watch(fake, tmp_path):
     windows = summary["workers_watch"]["windows"]
     assert windows["http://w1:1"] == [] and len(windows["http://w2:1"]) == 1
     assert KEY not in out.read_text() + records.read_text() + stdout + stderr
+
+
+def test_workers_expect(fake, monkeypatch, capsys):
+    monkeypatch.setenv("ROUTER_LOAD_API_KEY", KEY)
+    FakeRouter.workers = ["http://w1:1", "http://w2:1"]
+    assert router_load.main(["workers", "--router", fake, "--expect", "http://w2:1", "http://w1:1/"]) == 0
+    assert json.loads(capsys.readouterr().out)["workers"] == {"http://w1:1": True, "http://w2:1": True}
+    assert router_load.main(["workers", "--router", fake, "--expect", "http://w1:1"]) == 1
+    assert "expected ['http://w1:1']" in capsys.readouterr().err
+    monkeypatch.setenv("ROUTER_LOAD_API_KEY", "wrong")
+    assert router_load.main(["workers", "--router", fake]) == 1
+    assert "401" in capsys.readouterr().err
