@@ -29,7 +29,7 @@ from typing import Callable, Optional, TypeVar, Union
 
 POLL_SECONDS = 0.05
 START_TIMEOUT = 120.0
-STOP_TIMEOUT = 10.0
+STOP_TIMEOUT = 20.0  # the SGLang stand-in drains on SIGTERM as SGLang does: up to 2 x its 5 s poll when idle
 LOG_TAIL = 3000
 
 T = TypeVar("T")

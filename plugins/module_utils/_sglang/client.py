@@ -18,7 +18,10 @@ modules run it on the GPU host, where the server usually listens on loopback onl
 
 The API key goes only into an ``Authorization: Bearer`` header (unredirected: urllib must not carry
 it to wherever a redirect points), never into a URL or a message; anything a server echoes back is
-scrubbed of it as well.
+scrubbed of it as well. SGLang 0.5.23's ``/server_info`` answers ``api_key``, ``admin_api_key`` and a
+``launch_command`` holding both (srt/utils/common.py ``build_server_info``): ``call()`` drops those keys
+from every JSON answer, at any depth, and masks their values wherever else they appear (``scrub``), so
+no module result, message or report built from an answer can carry them.
 """
 
 from __future__ import annotations
@@ -138,6 +141,40 @@ def error_text(data):
     return str(err)[:_SNIPPET] if err else ""
 
 
+# Keys of SGLang 0.5.23's /server_info that hold its secrets (the key, the admin key, and the command
+# line that names both): never passed on.
+LEAKED_KEYS = frozenset(("api_key", "admin_api_key", "launch_command"))
+
+
+def scrub(data: Any, *secrets: str | None) -> Any:
+    """``data`` without LEAKED_KEYS (at any depth), with every form of their string values and of
+    ``secrets`` masked in what is left."""
+    found: list[str] = []
+
+    def strip(node):
+        if isinstance(node, dict):
+            kept = {}
+            for key, value in node.items():
+                if key in LEAKED_KEYS:
+                    if isinstance(value, str) and key != "launch_command":
+                        found.append(value)
+                    continue
+                kept[key] = strip(value)
+            return kept
+        if isinstance(node, list):
+            return [strip(item) for item in node]
+        return node
+
+    clean = strip(data)
+    hidden = [secret for secret in (*found, *secrets) if secret and isinstance(secret, str)]
+    if not hidden or not isinstance(clean, (dict, list)):
+        return clean
+    try:
+        return json.loads(_secrets.mask(json.dumps(clean), *hidden))
+    except ValueError:  # a secret so short that masking broke the JSON: the stripped data stays
+        return clean
+
+
 def call(base_url: str, path: str, *, method: str = "GET", body: Any = None, api_key: str | None = None,
          timeout: float = 30.0, validate_certs: bool = True, ca_path: str | None = None) -> tuple[int, Any]:
     """One JSON request. Returns ``(status, data)``; data is the decoded JSON (None for an empty body).
@@ -157,10 +194,7 @@ def call(base_url: str, path: str, *, method: str = "GET", body: Any = None, api
             raw = b""
         finally:
             exc.close()
-        data = _decode_error_body(raw)
-        if isinstance(data, dict) and api_key:
-            data = json.loads(_secrets.mask(json.dumps(data), api_key))
-        return exc.code, data
+        return exc.code, scrub(_decode_error_body(raw), api_key)
     except (_urlerror.URLError, OSError, socket.timeout, ssl.SSLError, http.client.HTTPException) as exc:
         what = _reason(exc)
         if what == "timed out":
@@ -169,11 +203,12 @@ def call(base_url: str, path: str, *, method: str = "GET", body: Any = None, api
     if not raw.strip():
         return status, None
     try:
-        return status, json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8"))
     except ValueError:
         snippet = _secrets.mask(raw.decode("utf-8", "replace").strip()[:_SNIPPET], api_key)
         raise SGLangHTTPError("%s %s%s answered %d with something that is not JSON (is this an SGLang server?): %r"
                               % (method, base_url, path, status, snippet), status, path)
+    return status, scrub(data, api_key)
 
 
 def stream_generate(base_url: str, body: dict | None, *, api_key: str | None = None, timeout: float = 600.0,

@@ -20,6 +20,7 @@ does) resets it, but a server that was not restarted by this run may carry resta
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Callable
 
@@ -31,6 +32,18 @@ WATCH_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "NRestarts
 JOURNAL_LINES = 20
 # A journal line longer than this is cut: a traceback's one long line must not flood the message.
 _LINE_CHARS = 400
+# SGLang 0.5.23 logs `server_args={... 'api_key': '<key>', 'admin_api_key': '<key>' ...}` at INFO
+# (srt/entrypoints/engine.py), and a launch command names them as `--api-key <key>`: their values are
+# masked in quoted journal lines even when the module was not given that key (a line cut at
+# _LINE_CHARS may end inside one: the rest of the line goes too).
+_LEAKED = re.compile(r"('(?:admin_)?api_key': '|(?:admin_)?api_key='|--(?:admin-)?api-key[ =])('?)([^'\s,)}]*)")
+
+
+def scrub_journal(text: str) -> str:
+    """``text`` with the values SGLang's own log lines give its keys replaced by the mask."""
+    return _LEAKED.sub(lambda m: m.group(1) + m.group(2) + (_secrets.MASK if m.group(3) else ""), text)
+
+
 # ExecMainCode is a CLD_* code of waitid(2).
 _CODES = {"1": "exited", "2": "killed", "3": "dumped core"}
 
@@ -132,7 +145,7 @@ class UnitWatch(object):
         if rc != 0:
             return "(journalctl failed, rc %s: %s)" % (rc, (err or "").strip()[:_LINE_CHARS])
         lines = [line[:_LINE_CHARS] for line in out.splitlines() if line.strip()]
-        return _secrets.mask("\n".join(lines) or "(no journal lines)", *self.secrets)
+        return scrub_journal(_secrets.mask("\n".join(lines) or "(no journal lines)", *self.secrets))
 
     def summary(self, props: dict[str, Any]) -> str:
         """The unit's state for the checks list."""

@@ -147,7 +147,17 @@ AUTO_MAX_RUNNING_REQUESTS = 2048
 MAX_BODY = 16 << 20
 SHM_BYTES = 1 << 20
 REQUEST_TIMEOUT = 120.0  # a client that stops sending is dropped, never waited on forever
-STOP_JOIN_SECONDS = 1.5  # SIGTERM -> exit within 2 s
+STOP_JOIN_SECONDS = 1.5  # the HTTP server's own stop, once nothing is left to drain
+# SGLang 0.5.23's drain cadence (srt/managers/tokenizer_manager.py, TokenizerManager.sigterm_watchdog):
+# the watchdog looks at the SIGTERM flag every 5 s (`await asyncio.sleep(5)`), then logs the remaining
+# requests and sleeps 5 s again until none remain. Not a knob: a restart takes up to 5 s longer when
+# idle, and the drained requests' time plus up to 5 s when busy, as with SGLang.
+DRAIN_POLL_SECONDS = 5.0
+# SGLang 0.5.23's /health and /health_generate (srt/entrypoints/http_server.py, health_generate): one
+# 1-token generation, polled every 1 s (`await asyncio.sleep(1)`) for HEALTH_CHECK_TIMEOUT seconds
+# (env SGLANG_HEALTH_CHECK_TIMEOUT, default 20); any output from the scheduler since the check began
+# counts. The first look comes after 1 s, so a healthy answer takes about 1 s, as with SGLang.
+HEALTH_POLL_SECONDS = 1.0
 
 # Deterministic output "tokens": words from a fixed vocabulary.
 VOCAB = (
@@ -588,10 +598,20 @@ class State:
         self.config = config
         self.model = model
         self.rank = config["node-rank"]
-        self.ready = threading.Event()
+        self.ready = threading.Event()  # SGLang's ServerStatus.Up after warmup (set once, never cleared)
+        self.unhealthy = False  # ServerStatus.UnHealthy: a /health generation timed out (until one succeeds)
+        self.draining = threading.Event()  # TokenizerManager.gracefully_exit: SIGTERM received
         self.lock = threading.Lock()
         self.idle = threading.Condition(self.lock)
         self.requests = 0
+        # TokenizerManager.rid_to_state: every /generate and chat request from arrival until its answer
+        # is finished (arrival number -> rid); the drain waits until it is empty.
+        self.inflight: dict[int, str] = {}
+        self.last_receive = 0.0  # TokenizerManager.last_receive_tstamp: the scheduler's last output
+        self.launch_command = ""
+        self.health_timeout = _env_float("SGLANG_HEALTH_CHECK_TIMEOUT", 20.0, low=0.0)
+        self.stall_file = os.environ.get("GPUFLEET_STANDIN_STALL_FILE") or None
+        self.request_log = os.environ.get("GPUFLEET_STANDIN_REQUEST_LOG") or None
         self.running = 0
         self.waiting = 0
         self.flushing = False
@@ -613,28 +633,78 @@ class State:
         self.spec_tokens = self.spec_forwards = 0
         self.spec_total_tokens = self.spec_total_forwards = 0
 
-    def begin(self) -> int:
-        """A request starts decoding once the scheduler admits it (fewer than max_running running):
-        its number (the seed of its draws), in admission order."""
+    def arrive(self, path: str, stream: bool, request_id: str | None) -> tuple[int, str]:
+        """A /generate or chat request that reached the model: its number (the seed of its draws, in
+        arrival order) and rid; it counts as in flight (the drain waits for it) until leave()."""
+        with self.lock:
+            number = self.requests
+            self.requests += 1
+            rid = hashlib.sha256(f"{self.model.seed}:{number}".encode()).hexdigest()[:32]
+            self.inflight[number] = rid
+        self.log_request(path, rid, stream, request_id)
+        return number, rid
+
+    def leave(self, number: int) -> None:
+        with self.lock:
+            self.inflight.pop(number, None)
+
+    def log_request(self, path: str, rid: str | None, stream: bool, request_id: str | None) -> None:
+        """The lab's request log (GPUFLEET_STANDIN_REQUEST_LOG): one JSON line per request at its
+        arrival, written with one write() on an O_APPEND descriptor, so lines never interleave."""
+        if not self.request_log:
+            return
+        line = json.dumps({"t": time.time(), "path": path, "rid": rid, "stream": stream,
+                           "request_id": request_id}, sort_keys=True) + "\n"
+        fd = os.open(self.request_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+    def begin(self) -> None:
+        """A request starts decoding once the scheduler admits it (fewer than max_running running);
+        until then it waits in the queue (num_waiting_reqs)."""
         with self.idle:
             self.waiting += 1
             try:
                 self.idle.wait_for(lambda: self.running < self.max_running)
             finally:
                 self.waiting -= 1
-            number = self.requests
-            self.requests += 1
             self.running += 1
-            return number
 
     def end(self) -> None:
         with self.lock:
             self.running -= 1
             self.idle.notify_all()  # an admission slot, or idle for a flush
 
+    def wait_unstalled(self) -> None:
+        """The lab's stall fault (GPUFLEET_STANDIN_STALL_FILE): while that file exists the scheduler
+        produces nothing (a hung GPU); requests and /health generations wait."""
+        while self.stall_file and os.path.exists(self.stall_file):
+            time.sleep(0.02)
+
+    def healthy(self) -> bool:
+        """TokenizerManager.is_healthy(): up, not unhealthy, not draining (/ready answers this)."""
+        return self.ready.is_set() and not self.unhealthy and not self.draining.is_set()
+
+    def loads(self) -> dict:
+        """One LoadSnapshot.to_dict() (srt/managers/load_snapshot.py), dp rank 0, with the counters the
+        stand-in has (SGLang's scheduler publishes them every iteration; the stand-in answers live)."""
+        with self.lock:
+            running, waiting = self.running, self.waiting
+            throughput = self.last_gen_throughput
+        return {"timestamp": time.time(), "dp_rank": 0, "num_running_reqs": running,
+                "num_waiting_reqs": waiting, "num_waiting_uncached_tokens": 0, "num_used_tokens": 0,
+                "num_total_tokens": 0, "num_active_tokens": 0, "num_prealloc_ready_tokens": 0,
+                "max_total_num_tokens": 0, "max_running_requests": self.max_running,
+                "token_usage": 0.0, "gen_throughput": throughput, "cache_hit_rate": 0.0,
+                "utilization": min(1.0, running / self.max_running), "total_prefill_uncached_tokens": 0,
+                "total_prefill_busy_us": 0}
+
     def step(self, tokens: int) -> None:
         """One verify step of one request that emitted `tokens`."""
         with self.lock:
+            self.last_receive = time.time()
             self.iterations += Fraction(1, max(self.running, 1))
             self.gen_tokens += tokens
             if self.model.speculative:
@@ -680,10 +750,21 @@ class State:
             log("Cache flushed successfully!")
             return True, ""
 
+    def server_args(self) -> dict:
+        """ServerArgs.resolved_dict() for the options the stand-in has: every value as resolved,
+        api_key and admin_api_key INCLUDED (SGLang 0.5.23 redacts only the watermark secrets), plus
+        the resolved speculative_num_draft_tokens (speculative_hook.py _handle_dflash: the drafter's
+        block size) and max_running_requests (48 with speculative decoding)."""
+        args = {key.replace("-", "_"): value for key, value in self.config.items()}
+        if self.model.speculative:
+            args["speculative_num_draft_tokens"] = self.model.block
+        return args
+
     def server_info(self) -> dict:
-        info = {key.replace("-", "_"): value for key, value in self.config.items()}
-        info["api_key"] = None
-        info["admin_api_key"] = None
+        """/server_info as SGLang 0.5.23 builds it (http_server.py server_info + utils/common.py
+        build_server_info): the resolved server args, keys included, and launch_command."""
+        info = self.server_args()
+        info["launch_command"] = self.launch_command
         info["version"] = VERSION
         info["standin"] = True  # the lab's one marker (docs/lab.md): reports label stand-in figures
         with self.lock:
@@ -792,14 +873,14 @@ def parse_chat(body: bytes) -> dict:
 class Generation:
     """One request's decode: verify steps paced by the delay model, tokens drawn by the accept model."""
 
-    def __init__(self, state: State, prompt_tokens: int, max_new_tokens: int):
+    def __init__(self, state: State, prompt_tokens: int, max_new_tokens: int, arrival: tuple[int, str]):
         self.state = state
         self.model = state.model
         self.prompt_tokens = prompt_tokens
         self.max_new = max_new_tokens
-        self.number = state.begin()
+        self.number, self.rid = arrival
+        state.begin()
         self.rng = random.Random(f"{self.model.seed}:{self.number}")
-        self.rid = hashlib.sha256(f"{self.model.seed}:{self.number}".encode()).hexdigest()[:32]
         self.started = time.monotonic()
         self.ids: list[int] = []
         self.verify_ct = 0
@@ -824,6 +905,9 @@ class Generation:
         deadline = self.started
         try:
             while len(self.ids) < self.max_new:
+                if self.state.stall_file:
+                    self.state.wait_unstalled()
+                    deadline = max(deadline, time.monotonic())
                 deadline += self.model.step_seconds
                 delay = deadline - time.monotonic()
                 if delay > 0:
@@ -941,7 +1025,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             st = self.state
             if st.rank > 0:
                 # Ranks > 0 serve no API, only SGLang's dummy health check server
-                # (utils/common.py launch_dummy_health_check_server): 200 from the start.
+                # (utils/common.py launch_dummy_health_check_server), started once the schedulers
+                # are ready (entrypoints/engine.py: wait_for_ready() first): 200 whenever it listens.
                 if method == "GET" and path in ("/health", "/health_generate", "/ping"):
                     self._empty(200)
                 else:
@@ -980,15 +1065,53 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return dict(urllib.parse.parse_qsl(self.path.partition("?")[2]))
 
     # -- routes
-    def health(self):
-        self._empty(200 if self.state.ready.is_set() else 503)
-
     def health_generate(self):
-        if not self.state.ready.is_set():
+        """/health and /health_generate, one handler in SGLang 0.5.23 (http_server.py
+        health_generate; SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION defaults to true, so /health
+        generates too): 503 while draining or starting; else one 1-token generation through the
+        scheduler, and 200 as soon as the scheduler produced anything since the check began (looked
+        at every second), or 503 after SGLANG_HEALTH_CHECK_TIMEOUT seconds, marking the server
+        unhealthy (a later successful check marks it up again)."""
+        st = self.state
+        if st.draining.is_set():
+            log("Health check request received during shutdown. Returning 503.")
             self._empty(503)
             return
-        time.sleep(self.state.model.step_seconds)  # one internal 1-token generation
-        self._empty(200)
+        if not st.ready.is_set():
+            self._empty(503)
+            return
+        tic = time.time()
+        threading.Thread(target=_health_generation, args=(st,), name="health-gen", daemon=True).start()
+        while time.time() < tic + st.health_timeout:
+            time.sleep(HEALTH_POLL_SECONDS)
+            if st.last_receive > tic:
+                st.unhealthy = False
+                self._empty(200)
+                return
+        log(f"Health check failed. Server couldn't get a response from detokenizer for last "
+            f"{st.health_timeout:g} seconds. tic start time: {time.strftime('%H:%M:%S', time.localtime(tic))}. "
+            f"last_heartbeat time: {time.strftime('%H:%M:%S', time.localtime(st.last_receive))}")
+        st.unhealthy = True
+        self._empty(503)
+
+    def loads(self):
+        """GET /v1/loads (srt/entrypoints/v1_loads.py get_loads): one dp rank, every section absent
+        (the stand-in has no memory/spec/lora/disagg/queue sections to report)."""
+        query = self._query()
+        if query.get("format") == "prometheus":
+            load = self.state.loads()
+            dp_rank = load.pop("dp_rank")
+            lines = []
+            for key, value in load.items():
+                lines += [f"# TYPE sglang_{key} gauge", f'sglang_{key}{{dp_rank="{dp_rank}"}} {value}']
+            self._send(200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4; charset=utf-8")
+            return
+        loads = [self.state.loads()]
+        if "dp_rank" in query and query["dp_rank"] != "0":
+            loads = []
+        self._json(200, {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+                         "version": VERSION, "accelerator": None, "num_accelerators": self.state.config["tp-size"],
+                         "loads": loads})
 
     def model_info(self):
         c = self.state.config
@@ -1019,20 +1142,29 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except BadRequest as e:
             self._json(400, {"error": str(e)})
             return None
+        request_id = self.headers.get("X-Request-Id")
+        path = self.path.split("?", 1)[0]
         if not self.state.ready.is_set():
+            self.state.log_request(path, None, req["stream"], request_id)
             self._empty(503)
             return None
+        # Draining (SIGTERM received) changes nothing here, as in SGLang 0.5.23: new requests are
+        # still accepted and served; only /health and /ready answer 503.
+        req["arrival"] = self.state.arrive(path, req["stream"], request_id)
         return req
 
     def generate(self):
         req = self._admit(parse_generate)
         if req is None:
             return
-        gen = Generation(self.state, req["prompt_tokens"], req["max_new_tokens"])
         try:
-            self._generate(gen, req["stream"])
+            gen = Generation(self.state, req["prompt_tokens"], req["max_new_tokens"], req["arrival"])
+            try:
+                self._generate(gen, req["stream"])
+            finally:
+                gen.close()  # a client gone mid-answer still leaves the running set at once
         finally:
-            gen.close()  # a client gone mid-answer still leaves the running set at once
+            self.state.leave(req["arrival"][0])
 
     def _generate(self, gen: Generation, stream: bool) -> None:
         def answer() -> dict:
@@ -1052,16 +1184,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         req = self._admit(parse_chat)
         if req is None:
             return
-        gen = Generation(self.state, req["prompt_tokens"], req["max_new_tokens"])
         try:
-            if req["stream"]:
-                self._chat_stream(gen, req)
-            else:
-                for _step in gen.steps():
-                    pass
-                self._json(200, chat_answer(gen, req, int(time.time())))
+            gen = Generation(self.state, req["prompt_tokens"], req["max_new_tokens"], req["arrival"])
+            try:
+                if req["stream"]:
+                    self._chat_stream(gen, req)
+                else:
+                    for _step in gen.steps():
+                        pass
+                    self._json(200, chat_answer(gen, req, int(time.time())))
+            finally:
+                gen.close()
         finally:
-            gen.close()
+            self.state.leave(req["arrival"][0])
 
     def _chat_stream(self, gen: Generation, req: dict) -> None:
         head = {"id": gen.rid, "object": "chat.completion.chunk", "created": int(time.time()),
@@ -1103,14 +1238,28 @@ def chat_answer(gen: Generation, req: dict, created: int) -> dict:
 
 
 def _ready(handler: Handler) -> None:
-    handler._empty(200 if handler.state.ready.is_set() else 503)
+    # http_server.py ready(): TokenizerManager.is_ready(), i.e. up, healthy and not draining.
+    handler._empty(200 if handler.state.healthy() else 503)
+
+
+def _health_generation(state: State) -> None:
+    """The /health check's own request: queued and admitted like any other, one step, one token. It
+    does not count as a /generate request (no number, no seed, not in the request log)."""
+    state.begin()
+    try:
+        state.wait_unstalled()
+        time.sleep(state.model.step_seconds)
+        with state.lock:
+            state.last_receive = time.time()
+    finally:
+        state.end()
 
 
 # The routes here that SGLang 0.5.23 marks @auth_level(AuthLevel.ADMIN_OPTIONAL) (entrypoints/http_server.py).
 ADMIN_OPTIONAL_PATHS = ("/flush_cache",)
 
 ROUTES = {
-    ("GET", "/health"): Handler.health,
+    ("GET", "/health"): Handler.health_generate,
     ("GET", "/health_generate"): Handler.health_generate,
     ("GET", "/ready"): _ready,
     ("GET", "/model_info"): Handler.model_info,
@@ -1122,6 +1271,7 @@ ROUTES = {
     ("GET", "/flush_cache"): Handler.flush_cache,
     ("POST", "/flush_cache"): Handler.flush_cache,
     ("POST", "/v1/chat/completions"): Handler.chat_completions,
+    ("GET", "/v1/loads"): Handler.loads,
 }
 
 
@@ -1130,15 +1280,125 @@ class Server(http.server.ThreadingHTTPServer):
     allow_reuse_address = True
 
 
+def launch_command(argv: list[str]) -> str:
+    """SGLang 0.5.23's launch_command (srt/server_args.py prepare_server_args): the argv after
+    ConfigArgumentMerger.merge_config_with_args (utils/server_args_config_parser.py: the YAML's
+    options first, as `--key value` / bare store_true flags / `--key a b` for lists, then the
+    command line without `--config FILE`), joined by spaces. Secrets stay in it (only
+    --watermark-config is redacted)."""
+    if "--config" not in argv:
+        return " ".join(argv)
+    at = argv.index("--config")
+    merged: list[str] = []
+    for key, value in _read_yaml(argv[at + 1]).items():
+        if isinstance(value, bool):
+            if ALL_OPTIONS.get(str(key), (str,))[0] is bool:  # store_true in SGLang
+                merged += [f"--{key}"] if value else []
+            else:
+                merged += [f"--{key}", str(value).lower()]
+        elif isinstance(value, list):
+            merged += [f"--{key}", *(str(v) for v in value)] if value else []
+        elif isinstance(value, dict):
+            merged += [f"--{key}", json.dumps(value)]
+        else:
+            merged += [f"--{key}", str(value)]
+    return " ".join(merged + argv[:at] + argv[at + 2:])
+
+
+class Drain:
+    """SIGTERM as SGLang 0.5.23 handles it.
+
+    Once up (after warmup), TokenizerManager.auto_create_handle_loop has replaced the SIGTERM handler
+    with SignalHandler.sigterm_handler (sets gracefully_exit, logs a warning) and started
+    sigterm_watchdog: it looks at the flag every DRAIN_POLL_SECONDS, then logs `Gracefully
+    exiting... Remaining number of requests N` every DRAIN_POLL_SECONDS until rid_to_state is empty
+    (new requests are still served meanwhile; /health and /ready answer 503), and stops the server.
+    A server marked unhealthy by a failed /health check, or SGL_FORCE_SHUTDOWN set, exits at once.
+    Before that (the stand-in's "loading": SGLang's launch phase, where no SIGTERM handler is
+    installed and the signal ends the process) there is nothing to drain: it stops at once.
+    """
+
+    def __init__(self, state: State, stop: threading.Event):
+        self.state = state
+        self.stop = stop
+
+    def on_signal(self, signum, _frame):
+        if self.state.ready.is_set() and signum == signal.SIGTERM and self.state.rank == 0:
+            # loop.add_signal_handler calls it without arguments: signum=None frame=None in the log.
+            log("WARNING SIGTERM received. signum=None frame=None. "
+                "Draining requests and shutting down...")
+            self.state.draining.set()
+        elif self.state.ready.is_set() and signum == signal.SIGTERM:
+            # engine.py: ranks > 0 wait for rank 0's ShutdownReq; the stand-in has no link to rank 0
+            # and stops once the message is out (docs/lab.md says so).
+            log(f"WARNING SIGTERM received on node_rank {self.state.rank}; waiting for the rank-0 "
+                "ShutdownReq broadcast to stop the schedulers.")
+            self.stop.set()
+        else:
+            self.stop.set()
+
+    def watchdog(self) -> None:
+        """TokenizerManager.sigterm_watchdog, started when the server is up."""
+        st = self.state
+        while not st.draining.is_set():
+            time.sleep(DRAIN_POLL_SECONDS)
+        while True:
+            with st.lock:
+                remaining = list(st.inflight.values())
+            if st.unhealthy:
+                log("ERROR Signal SIGTERM received while health check failed. Force exiting.")
+                break
+            if os.environ.get("SGL_FORCE_SHUTDOWN", "").lower() in ("1", "true", "yes", "on"):
+                log("ERROR Signal SIGTERM received while force shutdown flag set. Force exiting.")
+                break
+            log(f"Gracefully exiting... Remaining number of requests {len(remaining)}. "
+                f"Remaining requests remaining_rids={remaining!r}.")
+            if not remaining:
+                break
+            time.sleep(DRAIN_POLL_SECONDS)
+        self.stop.set()
+
+
+def _listen(state: State, config: dict):
+    handler = type("BoundHandler", (Handler,), {"state": state})
+    try:
+        server = Server((config["host"], config["port"]), handler)
+    except OSError as e:
+        raise StartError(f"cannot listen on {config['host']}:{config['port']}: "
+                         f"{e.strerror or e}") from None
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
+                     name="http", daemon=True).start()
+    return server
+
+
+def _load(config: dict, model: Model, state: State, stop: threading.Event) -> None:
+    """Caches, the target and the drafter, the extra "loading" seconds; sets state.ready."""
+    write_caches(config)
+    open_model(config["model-path"], "target", stop)
+    drafter = config["speculative-draft-model-path"]
+    if drafter and not stop.is_set():
+        open_model(drafter, "drafter", stop)
+    if stop.is_set():
+        return
+    if model.never_ready:
+        log("GPUFLEET_STANDIN_NEVER_READY=1: staying 'loading' forever (lab knob)")
+    elif not stop.wait(model.load_seconds):
+        state.ready.set()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv in (["-h"], ["--help"]):
         print(__doc__)
         return 0
     stop = threading.Event()
+    drain = None
 
-    def on_signal(signum, _frame):
-        stop.set()
+    def on_signal(signum, frame):
+        if drain is None:
+            stop.set()
+        else:
+            drain.on_signal(signum, frame)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -1149,8 +1409,6 @@ def main(argv: list[str] | None = None) -> int:
         ready_file, argv = _take_ready_file(argv)
         config = load_config(argv)
         drafter = config["speculative-draft-model-path"]
-        shown = {k: ("***" if k in ("api-key", "admin-api-key") and v else v) for k, v in config.items()}
-        log("config: " + json.dumps(shown, sort_keys=True))
         # The drafter's block size is needed to check the accept knobs before anything starts.
         drafter_block = None
         if drafter and config["speculative-algorithm"]:
@@ -1160,30 +1418,29 @@ def main(argv: list[str] | None = None) -> int:
             except (OSError, ValueError, TypeError, AttributeError):
                 drafter_block = None  # open_model() below reports the bad drafter by name
         model = Model(config, drafter_block)
-        log("delay model: " + json.dumps(model.describe(), sort_keys=True))
         state = State(config, model)
-        handler = type("BoundHandler", (Handler,), {"state": state})
-        try:
-            server = Server((config["host"], config["port"]), handler)
-        except OSError as e:
-            raise StartError(f"cannot listen on {config['host']}:{config['port']}: "
-                             f"{e.strerror or e}") from None
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                         name="http", daemon=True).start()
-        log(f"listening on http://{config['host']}:{config['port']} (rank {state.rank} of "
-            f"{config['nnodes']}; /health answers 503 while loading)")
-        announce(ready_file, state, "loading")
-        write_caches(config)
-        open_model(config["model-path"], "target", stop)
-        if drafter and not stop.is_set():
-            open_model(drafter, "drafter", stop)
-        if not stop.is_set():
-            if model.never_ready:
-                log("GPUFLEET_STANDIN_NEVER_READY=1: staying 'loading' forever (lab knob)")
-            elif not stop.wait(model.load_seconds):
-                state.ready.set()
-                log("ready")
-                announce(ready_file, state, "ready")
+        state.launch_command = launch_command(argv)
+        # entrypoints/engine.py: `logger.info(f"server_args={...resolved_dict()}")`, keys included.
+        log(f"server_args={state.server_args()!r}")
+        log("delay model: " + json.dumps(model.describe(), sort_keys=True))
+        drain = Drain(state, stop)
+        if state.rank == 0:
+            server = _listen(state, config)
+            log(f"listening on http://{config['host']}:{config['port']} (rank 0 of "
+                f"{config['nnodes']}; /health answers 503 while loading)")
+            announce(ready_file, state, "loading")
+        _load(config, model, state, stop)
+        if state.ready.is_set():
+            if state.rank > 0:
+                # engine.py: a rank > 0 starts its dummy health check server only after
+                # wait_for_ready(): it does not listen before it is ready.
+                server = _listen(state, config)
+                log(f"listening on http://{config['host']}:{config['port']} (rank {state.rank} of "
+                    f"{config['nnodes']}: health check server only)")
+            else:
+                threading.Thread(target=drain.watchdog, name="sigterm-watchdog", daemon=True).start()
+            log("ready")
+            announce(ready_file, state, "ready")
         while not stop.wait(0.5):
             pass
         return 0

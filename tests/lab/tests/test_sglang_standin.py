@@ -263,7 +263,8 @@ def test_autoregressive_generate_shapes(start, models):
     status, info = s.get("/server_info")
     assert status == 200
     assert info["version"] == "0.5.23-standin" and info["standin"] is True
-    assert info["model_path"] == str(models["target"]) and info["api_key"] is None
+    assert info["model_path"] == str(models["target"]) and info["api_key"] is None  # none set
+    assert f"--model-path {models['target']}" in info["launch_command"]
     assert info["speculative_algorithm"] is None and info["tp_size"] == 1
     assert "avg_spec_accept_length" not in info["internal_states"][0]
     assert s.get("/get_server_info")[1]["version"] == "0.5.23-standin"
@@ -397,6 +398,8 @@ def test_max_running_requests_resolved_as_sglang_and_admission_enforced(start, m
     s.wait_ready()
     info = s.get("/server_info")[1]
     assert info["max_running_requests"] == standin.SPEC_MAX_RUNNING_REQUESTS == 48
+    # resolved as SGLang's _handle_dflash does: the drafter's block size
+    assert info["speculative_num_draft_tokens"] == DRAFTER_BLOCK
     assert info["internal_states"][0]["effective_max_running_requests_per_dp"] == 48
     assert standin.SPEC_MAX_RUNNING_WARNING in s.log
     assert s.stop() == 0
@@ -505,9 +508,13 @@ def test_api_key(start, models):
     assert s.generate(body)[0] == 401
     assert s.generate(body, headers=bad)[0] == 401
     assert s.generate(body, headers=good)[0] == 200
-    assert s.get("/server_info", headers=good)[1]["api_key"] is None
+    # As SGLang 0.5.23: /server_info answers the key (to whoever holds it) and so does launch_command;
+    # the journal holds it too (`server_args=` at INFO).
+    info = s.get("/server_info", headers=good)[1]
+    assert info["api_key"] == key and info["admin_api_key"] is None
+    assert f"--api-key {key}" in info["launch_command"]
     assert s.stop() == 0
-    assert key not in s.log
+    assert f"'api_key': '{key}'" in s.log
 
 
 def test_never_ready_knob(start, models):
@@ -634,34 +641,147 @@ def test_ignored_options_are_accepted(start, models):
 
 # ---------------------------------------------------------------- ranks and shutdown
 
-def test_rank_1_health_only(start, models):
-    s = start({"model-path": str(models["target"]), "nnodes": 2, "node-rank": 1,
-               "dist-init-addr": "10.231.0.11:5000"}, env={"GPUFLEET_STANDIN_NEVER_READY": "1"})
-    assert s.first_answer() == 200  # unconditionally, even while "loading"
+def test_rank_1_listens_only_once_ready(start, models):
+    # SGLang 0.5.23 (entrypoints/engine.py): a rank > 0 waits for its schedulers (the model loaded),
+    # then starts launch_dummy_health_check_server: nothing listens before it is ready.
+    dist = {"nnodes": 2, "node-rank": 1, "dist-init-addr": "10.231.0.11:5000"}
+    s = start({"model-path": str(models["target"]), **dist}, env={"GPUFLEET_STANDIN_NEVER_READY": "1"})
+    s.wait_log(lambda log: "NEVER_READY=1" in log)
+    assert "opened target" in s.log  # ranks > 0 open the model too
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", s.port), timeout=HTTP_TIMEOUT).close()
+    assert not s.ready_file.exists()
+    assert s.stop() == 0
+
+    s = start({"model-path": str(models["target"]), **dist}, env={"GPUFLEET_STANDIN_LOAD_SECONDS": "1"})
+    s.wait_for(lambda info: info["state"] == "ready")
+    assert s.get("/health") == (200, "")
     # Only SGLang's dummy health check server listens on ranks > 0.
     assert s.get("/health_generate") == (200, "") and s.get("/ping") == (200, "")
     assert s.generate({"text": "x"}) == (404, {"detail": "Not Found"})
     assert s.get("/model_info") == (404, {"detail": "Not Found"})
-    s.wait_log(lambda log: "opened target" in log)  # ranks > 0 open the model too
-    assert s.proc.poll() is None, s.log
+    assert s.log.index("opened target") < s.log.index("listening on")
+    assert s.stop() == 0
+    assert "waiting for the rank-0 ShutdownReq broadcast" in s.log
+
+
+def _stream(s: Standin, path: str, body: dict, request_id: str):
+    """A streaming request whose first event has arrived: (connection, response)."""
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=HTTP_TIMEOUT)
+    conn.request("POST", path, body=json.dumps({**body, "stream": True}),
+                 headers={"Content-Type": "application/json", "X-Request-Id": request_id})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    assert resp.fp.readline().startswith(b"data: ")
+    return conn, resp
+
+
+def test_sigterm_drains_as_sglang(start, models, tmp_path):
+    """SGLang 0.5.23 on SIGTERM (tokenizer_manager.py SignalHandler.sigterm_handler, sigterm_watchdog;
+    http_server.py health_generate): /health and /ready 503 at once, in-flight requests finish, NEW
+    requests are accepted and served, and the process exits only once none remains. Driven by the
+    lab's stall file (no request can finish while it exists), never by the clock."""
+    stall = tmp_path / "stall"
+    requests_log = tmp_path / "requests.jsonl"
+    s = start({"model-path": str(models["target"])},
+              env={"GPUFLEET_STANDIN_STALL_FILE": str(stall), "GPUFLEET_STANDIN_REQUEST_LOG": str(requests_log)})
+    s.wait_ready()
+    conn, first = _stream(s, "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 40}}, "req-a")
+    stall.touch()  # the first request is decoding: now it cannot finish
+    s.proc.send_signal(signal.SIGTERM)
+    s.wait_log(lambda log: "SIGTERM received. signum=None frame=None. Draining requests" in log)
+    assert s.get("/health") == (503, "") and s.get("/health_generate") == (503, "")
+    assert s.get("/ready") == (503, "")
+    s.wait_log(lambda log: "Gracefully exiting... Remaining number of requests 1." in log)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        second = pool.submit(s.request, "POST", "/v1/chat/completions",
+                             body={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},
+                             headers={"x-request-id": "req-b"})
+        s.wait_log(lambda log: "Gracefully exiting... Remaining number of requests 2." in log)
+        loads = s.get("/v1/loads")[1]["loads"][0]
+        assert (loads["num_running_reqs"], loads["num_waiting_reqs"]) == (2, 0)
+        assert s.proc.poll() is None and not second.done()  # draining, not gone
+        stall.unlink()
+        status, answer, _h = second.result(timeout=HTTP_TIMEOUT)
+    assert status == 200 and answer["choices"][0]["finish_reason"] == "length"  # served while draining
+    rest = first.read().decode()
+    conn.close()
+    assert rest.endswith("data: [DONE]\n\n")
+    assert json.loads(rest.split("\n\n")[-3][len("data: "):])["meta_info"]["finish_reason"]["type"] == "length"
+    assert s.wait_exit() == 0
+    log = s.log
+    assert "Gracefully exiting... Remaining number of requests 0. Remaining requests remaining_rids=[]." in log
+    assert log.rstrip().endswith("standin: stopped")
+    lines = [json.loads(line) for line in requests_log.read_text().splitlines()]
+    assert [(x["path"], x["stream"], x["request_id"]) for x in lines] == [
+        ("/generate", True, "req-a"), ("/v1/chat/completions", False, "req-b")]
+    assert lines[0]["t"] <= lines[1]["t"] and all(len(x["rid"]) == 32 for x in lines)
+    assert lines[1]["rid"] == answer["id"]
+
+
+def test_sigterm_while_loading_stops_at_once(start, models):
+    # SGLang's launch phase has no SIGTERM handler: nothing to drain, the process ends.
+    s = start({"model-path": str(models["target"])}, env={"GPUFLEET_STANDIN_LOAD_SECONDS": "600"})
+    assert s.first_answer() == 503
+    assert s.stop() == 0
+    assert "Draining" not in s.log and s.log.rstrip().endswith("standin: stopped")
+
+
+def test_v1_loads_counts_running_and_waiting(start, models, tmp_path):
+    stall = tmp_path / "stall"
+    s = start({"model-path": str(models["target"]), "max-running-requests": 1},
+              env={"GPUFLEET_STANDIN_STALL_FILE": str(stall)})
+    s.wait_ready()
+    status, out = s.get("/v1/loads")
+    assert status == 200 and set(out) == {"timestamp", "version", "accelerator", "num_accelerators", "loads"}
+    assert (out["loads"][0]["num_running_reqs"], out["loads"][0]["num_waiting_reqs"]) == (0, 0)
+    assert out["loads"][0]["dp_rank"] == 0 and out["loads"][0]["max_running_requests"] == 1
+    assert s.get("/get_load")[0] == 404  # absent in SGLang 0.5.23
+    stall.touch()
+    body = {"text": "x", "sampling_params": {"max_new_tokens": 3}}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        pending = [pool.submit(s.generate, body) for _ in range(2)]
+
+        def counted(_log):
+            load = s.get("/v1/loads")[1]["loads"][0]
+            return (load["num_running_reqs"], load["num_waiting_reqs"]) == (1, 1)
+
+        s.wait_log(counted)
+        assert s.get("/v1/loads?dp_rank=1")[1]["loads"] == []
+        prom = s.request("GET", "/v1/loads?format=prometheus")[1]
+        assert 'sglang_num_running_reqs{dp_rank="0"} 1' in prom
+        stall.unlink()
+        assert [f.result(timeout=HTTP_TIMEOUT)[0] for f in pending] == [200, 200]
+    load = s.get("/v1/loads")[1]["loads"][0]
+    assert (load["num_running_reqs"], load["num_waiting_reqs"]) == (0, 0)
     assert s.stop() == 0
 
 
-def test_sigterm_exits_0_while_serving_and_while_loading(start, models):
-    s = start({"model-path": str(models["target"])}, env={"GPUFLEET_STANDIN_STEP_MS": "50"})
+def test_health_runs_a_generation(start, models, tmp_path):
+    """/health = /health_generate in SGLang 0.5.23: a 1-token generation; a scheduler that produces
+    nothing for SGLANG_HEALTH_CHECK_TIMEOUT seconds makes it 503 and the server unhealthy (/ready 503)
+    until a check succeeds again; SIGTERM while unhealthy exits without draining."""
+    stall = tmp_path / "stall"
+    s = start({"model-path": str(models["target"])},
+              env={"GPUFLEET_STANDIN_STALL_FILE": str(stall), "SGLANG_HEALTH_CHECK_TIMEOUT": "2"})
     s.wait_ready()
-    # A long generation in flight must not hold up the exit.
+    assert s.get("/health") == (200, "")
+    stall.touch()
+    assert s.get("/health") == (503, "")
+    assert "Health check failed. Server couldn't get a response from detokenizer for last 2 seconds" in s.log
+    assert s.get("/ready") == (503, "")
+    stall.unlink()
+    assert s.get("/health") == (200, "")
+    assert s.get("/ready") == (200, "")
+    stall.touch()
+    assert s.get("/health_generate") == (503, "")
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(s.generate, {"text": "x", "sampling_params": {"max_new_tokens": 10000}})
-        time.sleep(0.2)
-        assert s.stop() == 0
+        stuck = pool.submit(s.generate, {"text": "x", "sampling_params": {"max_new_tokens": 3}})
+        s.wait_log(lambda _log: s.get("/v1/loads")[1]["loads"][0]["num_running_reqs"] >= 1)
+        assert s.stop() == 0  # a request is stuck, yet no drain: SGLang force-exits when unhealthy
+        assert "Signal SIGTERM received while health check failed. Force exiting." in s.log
         with pytest.raises(Exception):
-            pending.result(timeout=HTTP_TIMEOUT)
-    assert s.log.rstrip().endswith("standin: stopped")
-
-    s2 = start({"model-path": str(models["target"])}, env={"GPUFLEET_STANDIN_LOAD_SECONDS": "600"})
-    assert s2.first_answer() == 503
-    assert s2.stop() == 0
+            stuck.result(timeout=HTTP_TIMEOUT)
 
 
 # ---------------------------------------------------------------- on the lab hosts
