@@ -6,12 +6,14 @@ package they get comes from wheels downloaded here, on the controller, which rea
   wheelhouse.py build [--cache DIR] [--force] [--find-links DIR ...]
       $CACHE/wheelhouse/tools/   requirements/hosts.txt and all its dependencies
       $CACHE/wheelhouse/sglang/  requirements/sglang-host.txt (complete, pinned) + sglang --no-deps
+      $CACHE/wheelhouse/router/  requirements/router-host.txt (complete, pinned): sglang-router 0.3.2
       A stamp keyed on the requirement files (and the target platform) makes a second run a no-op.
-  wheelhouse.py verify [--cache DIR] [--set tools|sglang]
+  wheelhouse.py verify [--cache DIR] [--set tools|sglang|router]
       Install each set into a throwaway venv with --no-index (in an empty network namespace when
       root) and import what the hosts need: proves the wheelhouse is offline-complete.
   wheelhouse.py install-sglang --python VENV/bin/python [--wheelhouse DIR]
   wheelhouse.py install-tools  --python VENV/bin/python [--wheelhouse DIR]
+  wheelhouse.py install-router --python VENV/bin/python [--wheelhouse DIR]
       Offline install into that venv (created first if it does not exist).
 
 Importable: install_commands(venv_python, wheelhouse_dir) for the rootfs builder, which runs the
@@ -77,6 +79,15 @@ import huggingface_hub, safetensors, jmespath
 print('huggingface_hub', huggingface_hub.__version__)
 print('safetensors', safetensors.__version__)
 print('jmespath', jmespath.__version__, jmespath.search('a.b', {'a': {'b': 1}}))
+"""
+
+# The router's launcher and the Rust extension it drives: the same imports `launch_router` makes.
+ROUTER_CHECK = """\
+import importlib.metadata as m
+from sglang_router.launch_router import parse_router_args
+from sglang_router.router import Router
+args = parse_router_args(['--host', '127.0.0.1', '--port', '30080', '--policy', 'cache_aware'])
+print('sglang-router', m.version('sglang-router'), args.policy, Router.__name__)
 """
 
 
@@ -168,6 +179,7 @@ class WheelSet:
 SETS = {
     "tools": WheelSet("tools", REQ_DIR / "hosts.txt", exact=False, check=TOOLS_CHECK),
     "sglang": WheelSet("sglang", REQ_DIR / "sglang-host.txt", exact=True, check=SGLANG_CHECK),
+    "router": WheelSet("router", REQ_DIR / "router-host.txt", exact=True, check=ROUTER_CHECK),
 }
 
 
@@ -396,8 +408,19 @@ def install_commands(venv_python: str | os.PathLike, wheelhouse_dir: str | os.Pa
 
 def tools_install_commands(venv_python: str | os.PathLike, wheelhouse_dir: str | os.PathLike) -> list[list[str]]:
     """Same for the tools set (huggingface_hub, safetensors, jmespath); wheelhouse_dir = .../tools."""
+    return set_install_commands("tools", venv_python, wheelhouse_dir)
+
+
+def set_install_commands(name: str, venv_python: str | os.PathLike,
+                         wheelhouse_dir: str | os.PathLike) -> list[list[str]]:
+    """The offline install of set ``name`` (one without no-deps lines: tools, router) into a venv."""
     py, w = str(venv_python), str(wheelhouse_dir).rstrip("/") or "/"
-    return [_install(py, w, ["-r", f"{w}/requirements/{SETS['tools'].requirements.name}"])]
+    return [_install(py, w, ["-r", f"{w}/requirements/{SETS[name].requirements.name}"])]
+
+
+def commands_for(name: str, venv_python: str | os.PathLike, wheelhouse_dir: str | os.PathLike) -> list[list[str]]:
+    return (install_commands(venv_python, wheelhouse_dir) if name == "sglang"
+            else set_install_commands(name, venv_python, wheelhouse_dir))
 
 
 def offline_env() -> dict[str, str]:
@@ -456,7 +479,7 @@ def verify(cache: Path | None = None, names: list[str] | None = None) -> dict[st
         with tempfile.TemporaryDirectory(prefix=f"wheelhouse-verify-{name}-") as tmp:
             started = time.monotonic()
             python = create_venv(Path(tmp) / "venv")
-            cmds = (install_commands if name == "sglang" else tools_install_commands)(python, directory)
+            cmds = commands_for(name, python, directory)
             run_offline(cmds, f"{name} offline install")
             installed = time.monotonic() - started
             proc = subprocess.run(offline_prefix() + [str(python), "-c", ws.check], env=offline_env(),
@@ -486,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("verify", help="offline install of each set into a throwaway venv")
     v.add_argument("--cache", type=Path)
     v.add_argument("--set", choices=sorted(SETS), action="append", dest="sets")
-    for name in ("sglang", "tools"):
+    for name in ("sglang", "tools", "router"):
         i = sub.add_parser(f"install-{name}", help=f"offline install of the {name} set into a venv")
         i.add_argument("--python", type=Path, required=True, help="VENV/bin/python (created if missing)")
         i.add_argument("--wheelhouse", type=Path, help=f"default: $GPUFLEET_LAB_CACHE/wheelhouse/{name}")
@@ -502,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
             directory = args.wheelhouse or set_dir(name, args.cache)
             _require_built(name, directory)
             python = _ensure_venv(args.python)
-            cmds = (install_commands if name == "sglang" else tools_install_commands)(python, directory)
+            cmds = commands_for(name, python, directory)
             started = time.monotonic()
             run_offline(cmds, f"{name} install")
             log(f"{name}: installed into {python.parent.parent} in {time.monotonic() - started:.1f} s")

@@ -32,6 +32,7 @@ ALLOWED = {
     "_verify": {"_common", "_hub", "_modeltree"},
     "_peerserve": {"_common"},
     "_sglang": {"_common"},
+    "_router": {"_common"},
     "_gpu": {"_common"},
     "_rollout": {"_common"},
     "_bench": {"_common", "_sglang"},
