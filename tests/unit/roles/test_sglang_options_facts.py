@@ -60,7 +60,9 @@ CASES = [
 DEFAULTS = os.path.join(ROOT, "roles", "sglang", "defaults", "main.yml")
 PLAY_VARS = {"sglang_base_args": BASE, "_sglang_target": TARGET, "_sglang_drafter": DRAFTER,
              "_sglang_node_rank": "0", "_sglang_rank0": "rank0", "sglang_dist_init_port": 50000,
-             "sglang_model_override_args": {}, "sglang_tokenizer_path": ""}
+             "sglang_model_override_args": {}, "sglang_tokenizer_path": "",
+             # the role's log-level (default warning) merged over sglang_base_args: test_sglang_router_roll_facts.py
+             "sglang_log_level": ""}
 
 
 def _default(name):

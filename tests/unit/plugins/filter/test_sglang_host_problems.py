@@ -113,7 +113,8 @@ def _render_unit(**facts):
     variables = dict(ansible_managed="managed", sglang_instance="itest", sglang_user="sglang", sglang_group="sglang",
                      sglang_service={"config": "/etc/sglang/itest.yaml", "env_file": "/etc/sglang/itest.env"},
                      sglang_python="/opt/sglang/0.5.23/bin/python", sglang_launch_module="sglang.launch_server",
-                     _sglang_target="/srv/models/kimi/abc", _sglang_drafter="", sglang_protect_home=True)
+                     _sglang_target="/srv/models/kimi/abc", _sglang_drafter="", sglang_protect_home=True,
+                     sglang_stop_timeout=900, sglang_start_limit_interval=3600, sglang_start_limit_burst=5)
     variables.update(facts)
     return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(source)).splitlines()
 
