@@ -68,7 +68,11 @@ must_fail() {
 }
 no_keys() { ! grep -qF -e "$SKEY" -e "$RKEY" "$@" || { echo "a test key leaked into $*" >&2; exit 1; }; }
 expect_in() { grep -qE -- "$2" "$1" || { sed -n '/fatal\|FAILED\|msg/p' "$1" | tail -20; echo "expected /$2/ in the output" >&2; exit 1; }; }
-pids() { ansible gpu_nodes -i "$INV" -o -m ansible.builtin.command -a "systemctl show -p MainPID --value sglang-rtest.service" 2>/dev/null | awk '{ print $1, $NF }' | sort; }
+# pids: "host MainPID" of each server, sorted
+pids() {
+    ansible gpu_nodes -i "$INV" -m ansible.builtin.command -a "systemctl show -p MainPID --value sglang-rtest.service" 2>/dev/null \
+        | awk '/ \| [A-Z]+ \| rc=[0-9]+ >>$/ { host = $1; next } host { print host, $1; host = "" }' | sort
+}
 
 # The router's /workers, checked: every server listed once and healthy (waits, bounded, for a worker
 # the roll added back while the router still polls its /health).
@@ -87,28 +91,37 @@ load_start() {
         --records "$LAB_TMP/$name.records.jsonl" --stop-file "$LAB_TMP/$name.stop" --watch-workers \
         > "$LAB_TMP/$name.log" 2>&1 &
     LOAD_PID=$!
-    python3 - "$LAB_TMP/$name.progress.json" "$LOAD_PID" "$CLIENTS" <<'PY'
+    load_wait "$name" "$CLIENTS" clients_with_ok
+}
+# load_wait NAME N [FIELD]: wait until the load's progress FIELD (default ok) has grown by N since the
+# call (clients_with_ok: until it reaches N). After a roll the load runs on until every client has
+# finished two more requests (16 arrivals, four per server in round_robin), so that the check sees
+# each server serve the load again after it came back.
+load_wait() {
+    python3 - "$LAB_TMP/$1.progress.json" "$LOAD_PID" "$2" "${3:-ok}" <<'PY'
 import json, os, sys, time
-path, pid, clients = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-deadline = time.monotonic() + 180  # a guard against a dead router, not a measurement
-while True:
+path, pid, n, field = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+def now():
     try:
         with open(path) as f:
-            if json.load(f)["clients_with_ok"] >= clients:
-                break
+            return json.load(f)[field]
     except (OSError, ValueError, KeyError):
-        pass
+        return 0
+target = n if field == "clients_with_ok" else now() + n
+deadline = time.monotonic() + 300  # a guard against a dead router, not a measurement
+while now() < target:
     try:
         os.kill(pid, 0)
     except OSError:
-        sys.exit("the load generator exited before every client had an ok request")
+        sys.exit("the load generator exited before its progress %s reached %d" % (field, target))
     if time.monotonic() > deadline:
-        sys.exit("no ok request from every client within 180 s: %s" % (open(path).read() if os.path.exists(path) else "no progress"))
+        sys.exit("the load's %s did not reach %d within 300 s: %s" % (field, target, open(path).read() if os.path.exists(path) else "no progress"))
     time.sleep(0.2)
 PY
 }
 # load_stop NAME: stop file; the clients finish their requests in flight; the summary is written.
 load_stop() {
+    load_wait "$1" $((2 * CLIENTS))
     touch "$LAB_TMP/$1.stop"
     wait "$LOAD_PID" || { cat "$LAB_TMP/$1.log"; exit 1; }
     LOAD_PID=
@@ -166,7 +179,7 @@ PY
     FIGURES+=("$line")
 }
 
-cleanup_play
+ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml >/dev/null || true
 ansible-playbook -i "$INV" "$LAB_DIR/prepare-hosts.yml" >/dev/null
 
 echo "== 1. deploy v1.0 on 4 servers without a router, then the router on gpu1 (it registers them)"
