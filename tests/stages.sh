@@ -482,16 +482,24 @@ do_bench_fleet() {
     PATH="$VENV/bin:$PATH" ANSIBLE_COLLECTIONS_PATH="$CACHE/collections" "$PY" "$ROOT/tests/lab/bench_fleet.py"
 }
 
+# Requests during a 4-server roll behind the SGLang router, with the drain and without it (needs 4 lab hosts).
+do_bench_router() {
+    link_collection
+    PATH="$VENV/bin:$PATH" "$PY" "$ROOT/tests/lab/bench_router.py" --collections "$CACHE/collections" \
+        --wheelhouse "$CACHE/wheelhouse/tools"
+}
+
 run_bench() {
     trap 'stage lab-down do_lab_down || true; summary' EXIT
     setup
-    [ "$LAB_HOSTS" -ge 4 ] || LAB_HOSTS=4   # the fleet benchmark stages 4 hosts
+    [ "$LAB_HOSTS" -ge 4 ] || LAB_HOSTS=4   # the fleet benchmark stages 4 hosts; the router one rolls 4 servers
     stage lab-up do_lab_up
     stage bench-hub do_bench_hub
     stage bench-verify do_bench_verify
     stage bench-snapshot do_bench_snapshot
     stage bench-sglang do_bench_sglang
     stage bench-fleet do_bench_fleet
+    stage bench-router do_bench_router
 }
 
 run_demo() {
