@@ -37,7 +37,7 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Reads every router and reports what would be added or removed (RV(changed), RV(added_to),
+    details: Reads every router and reports what would be added or removed (C(changed), RV(added_to),
       RV(removed_from)); the O(min_healthy) refusal applies. Nothing is posted or deleted and nothing is waited for.
   diff_mode:
     support: none

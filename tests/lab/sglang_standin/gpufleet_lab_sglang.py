@@ -10,9 +10,11 @@ exactly as SGLang is:
 and models, openly, what the collection depends on: the same dash-form YAML (an underscore key or
 an unknown key exits 2 naming it, as SGLang 0.5.23 does), the cache directories a real start writes
 to, a loader that opens every shard with safetensors (a bad model exits 1 naming the file), and
-SGLang 0.5.23's HTTP answers: /health, /health_generate and /ready (503 while "loading", then 200,
-no body), /model_info, /server_info, /generate (also streamed), /flush_cache,
-/v1/chat/completions, an API key, multi-node ranks. Its speed figures come from the delay model
+SGLang 0.5.23's HTTP answers: /health and /health_generate (one handler: a 1-token generation),
+/ready (503 while "loading" or draining, then 200, no body), /model_info, /server_info (the keys and
+launch_command included, as SGLang leaks them), /generate (also streamed), /flush_cache,
+/v1/chat/completions, /v1/loads, an API key, multi-node ranks (ranks > 0 listen only once ready),
+and SGLang's drain on SIGTERM (class Drain). Its speed figures come from the delay model
 below and say NOTHING about GPU performance. What it models is listed in docs/lab.md ("SGLang
 stand-in").
 
@@ -27,6 +29,12 @@ the server-wide `avg_spec_accept_length` is refreshed at decode-log intervals (S
 tests/lab/ready.py): once the port listens, PATH gets `{"state": "loading", "url", "host", "port",
 "rank", "pid"}`, replaced by the same with `"state": "ready"` when /health turns 200 (never with
 GPUFLEET_STANDIN_NEVER_READY=1). Each write is a rename: a reader never sees half a document.
+
+`GPUFLEET_STANDIN_REQUEST_LOG=PATH` (the lab's own, not SGLang's; for the router proof): one JSON
+line per /generate or /v1/chat/completions request at its arrival, `{"t": time.time(), "path", "rid",
+"stream", "request_id"}` (request_id: the X-Request-Id header, else null), one write() per line on an
+O_APPEND descriptor. `GPUFLEET_STANDIN_STALL_FILE=PATH` (the lab's own): while PATH exists the
+scheduler produces nothing (a hung GPU), so tests drive drains and failed health checks by events.
 
 Only the standard library plus safetensors, numpy and PyYAML (all in the lab's SGLang venv).
 
@@ -67,7 +75,9 @@ any request runs or waits.
 
 Other knobs: `GPUFLEET_STANDIN_LOAD_SECONDS` (default 2): extra seconds of "loading" after the
 model was read (/health 503 meanwhile). `GPUFLEET_STANDIN_NEVER_READY=1`: /health stays 503 forever
-(rollback tests). SIGTERM/SIGINT: stop serving, log `standin: stopped`, exit 0.
+(rollback tests). SIGTERM once up: SGLang's drain (class Drain: /health 503, requests in flight and
+new ones served, checked every 5 s as SGLang's sigterm_watchdog, exit 0 once none remains); SIGTERM
+while loading, or SIGINT: stop at once. Either way `standin: stopped` is logged last.
 
 Exit codes: 0 stopped by signal, 1 start-up failure (cache dir not writable, bad model, port
 taken), 2 bad configuration (as argparse).

@@ -14,6 +14,11 @@ wheel the image is installed from), never typed in here:
   FINISH_LENGTH's finish_reason;
 - /v1/chat/completions: the fields of the protocol classes the answer is made of;
 - /flush_cache: the answer text of its handler; /health: the handler answers a bare Response.
+- /v1/loads (srt/entrypoints/v1_loads.py, a router the app includes): its route, the keys of its answer
+  and LoadSnapshot's fields (srt/managers/load_snapshot.py);
+- the drain on SIGTERM, /health's generation, ranks > 0 and the `server_args=` log line (issue 22):
+  the constants and the order of calls the stand-in copies, read from tokenizer_manager.py
+  (SignalHandler.sigterm_handler, sigterm_watchdog), http_server.py (health_generate), engine.py.
 
 Then a live stand-in (speculative and not) is asked, and every key it answers with must be among
 them. The only exception is the lab's `standin: true` marker in /server_info and /model_info (the
@@ -133,14 +138,15 @@ def class_fields(tree: ast.AST, name: str) -> set[str]:
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
 
 
-def routes(tree: ast.AST) -> set[tuple[str, str]]:
+def routes(tree: ast.AST, app: str = "app") -> set[tuple[str, str]]:
+    """(METHOD, path) of every ``@<app>.get/post/...(path)`` decorator in ``tree``."""
     found = set()
     for node in ast.walk(tree):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for deco in node.decorator_list:
             if not (isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute)
-                    and isinstance(deco.func.value, ast.Name) and deco.func.value.id == "app" and deco.args):
+                    and isinstance(deco.func.value, ast.Name) and deco.func.value.id == app and deco.args):
                 continue
             path = _str(deco.args[0])
             verb = deco.func.attr
@@ -184,9 +190,18 @@ def sglang() -> dict:
     # server_info's own keys (startup_time, internal_states, version, ...) around the spread build_server_info
     info_keys = {k for node in ast.walk(_function(http, "server_info")) if isinstance(node, ast.Dict)
                  for k in _dict_keys(node)}
+    loads_src = src.tree("srt/entrypoints/v1_loads.py")
+    # the app includes the /v1/loads router (http_server.py: app.include_router(v1_loads_router))
+    assert "app.include_router(v1_loads_router)" in src.read("srt/entrypoints/http_server.py")
+    snapshot = src.tree("srt/managers/load_snapshot.py")
+    loads_answer = {k for node in ast.walk(_function(loads_src, "get_loads")) if isinstance(node, ast.Dict)
+                    for k in _dict_keys(node)}
     return {
         "where": src.where,
-        "routes": routes(http),
+        "src": src,
+        "routes": routes(http) | routes(loads_src, "router"),
+        "loads": loads_answer,
+        "load_snapshot": class_fields(snapshot, "LoadSnapshot"),
         "server_args": server_args,
         "server_info": info_keys | keys_written(_function(common, "build_server_info"), "result") | server_args,
         "internal_states": keys_written(_class(internal, "SchedulerInternalStateController"), "state") | server_args,
@@ -297,3 +312,134 @@ def test_standin_answers_only_sglang_fields(sglang, start, models, speculative):
     assert ("avg_spec_accept_length" in state) == speculative
     assert ("spec_verify_ct" in out["meta_info"]) == speculative
     assert s.stop() == 0
+
+
+# ---------------------------------------------------------------- issue 22: drain, /v1/loads, /health, ranks, keys
+
+def _sleeps(func: ast.AST) -> list[float]:
+    """The literal seconds of every ``asyncio.sleep(N)`` awaited in ``func``, in source order."""
+    return [node.args[0].value for node in ast.walk(func)
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "asyncio.sleep"
+            and node.args and isinstance(node.args[0], ast.Constant)]
+
+
+def _strings(func: ast.AST) -> str:
+    """Every string constant in ``func`` (f-string parts included), joined."""
+    return "\n".join(n.value for n in ast.walk(func) if isinstance(n, ast.Constant) and isinstance(n.value, str))
+
+
+def test_drain_is_sglangs(sglang):
+    """tokenizer_manager.py: SignalHandler.sigterm_handler sets gracefully_exit and warns;
+    sigterm_watchdog polls it every 5 s, then logs the remaining requests every 5 s until rid_to_state
+    is empty, force-exiting when the server is unhealthy or SGL_FORCE_SHUTDOWN is set. http_server.py
+    health_generate answers 503 first thing once gracefully_exit is set; /ready is is_ready(), which is
+    false while draining; the generate handlers do not look at the flag (new requests are served)."""
+    src = sglang["src"]
+    tm = src.tree("srt/managers/tokenizer_manager.py")
+    watchdog = _function(tm, "sigterm_watchdog")
+    assert _sleeps(watchdog) == [standin.DRAIN_POLL_SECONDS] * 2
+    text = _strings(watchdog)
+    for needle in ("Gracefully exiting... Remaining number of requests ", "Remaining requests remaining_rids=",
+                   "Signal SIGTERM received while health check failed. Force exiting.",
+                   "Signal SIGTERM received while force shutdown flag set. Force exiting.", "SGL_FORCE_SHUTDOWN"):
+        assert needle in text, needle
+    handler = _function(_class(tm, "SignalHandler"), "sigterm_handler")
+    assert "SIGTERM received. " in _strings(handler) and "Draining requests and shutting down..." in _strings(handler)
+    assert "gracefully_exit = True" in ast.unparse(handler)
+    # installed with loop.add_signal_handler(SIGTERM, handler): called without arguments (signum=None frame=None)
+    assert "loop.add_signal_handler(signal.SIGTERM, signal_handler.sigterm_handler)" in ast.unparse(
+        _function(tm, "auto_create_handle_loop"))
+    assert "not self.gracefully_exit" in ast.unparse(_function(tm, "is_healthy"))
+    assert "self.is_healthy()" in ast.unparse(_function(tm, "is_ready"))
+    http = src.tree("srt/entrypoints/http_server.py")
+    health = _function(http, "health_generate")
+    first_if = next(node for node in health.body if isinstance(node, ast.If))
+    assert "gracefully_exit" in ast.unparse(first_if.test) and "status_code=503" in ast.unparse(first_if.body)
+    assert "Health check request received during shutdown. Returning 503." in _strings(first_if)
+    for name in ("generate_request", "_handle_batch_output"):
+        assert "gracefully_exit" not in ast.unparse(_function(tm, name)), name
+
+
+def test_health_is_a_one_token_generation(sglang):
+    """/health and /health_generate are one handler; it sends a max_new_tokens=1 request, looks every
+    1 s whether anything came back since it began, and marks the server unhealthy after
+    HEALTH_CHECK_TIMEOUT (SGLANG_HEALTH_CHECK_TIMEOUT, default 20) seconds; /health generates unless
+    SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION is false (default true)."""
+    src = sglang["src"]
+    http = src.tree("srt/entrypoints/http_server.py")
+    health = _function(http, "health_generate")
+    decorated = {_str(d.args[0]) for d in health.decorator_list if isinstance(d, ast.Call) and d.args}
+    assert decorated == {"/health", "/health_generate"}
+    assert standin.ROUTES[("GET", "/health")] is standin.ROUTES[("GET", "/health_generate")]
+    code = ast.unparse(health)
+    assert "'max_new_tokens': 1" in code and "last_receive_tstamp > tic" in code
+    assert "ServerStatus.UnHealthy" in code and "ServerStatus.Up" in code
+    assert _sleeps(health) == [standin.HEALTH_POLL_SECONDS]
+    assert "Health check failed. Server couldn't get a response from detokenizer for last " in _strings(health)
+    assert "int(os.getenv('SGLANG_HEALTH_CHECK_TIMEOUT', 20))" in src.read("srt/entrypoints/http_server.py").replace(
+        '"', "'")
+    assert "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION = EnvBool(True)" in src.read("srt/environ.py")
+
+
+def test_v1_loads_is_sglangs(sglang, start, models):
+    assert ("GET", "/v1/loads") in sglang["routes"] and ("GET", "/v1/loads") in standin.ROUTES
+    # /get_load is gone in 0.5.23 (the router's load-based policies see -1): absent here too
+    assert not {r for r in sglang["routes"] if r[1] == "/get_load"}
+    assert ("GET", "/get_load") not in standin.ROUTES
+    assert {"num_running_reqs", "num_waiting_reqs", "dp_rank"} <= sglang["load_snapshot"]
+    s = start({"model-path": str(models["target"])})
+    s.wait_ready()
+    status, out = s.get("/v1/loads")
+    assert status == 200
+    extra = _extra(out, sglang["loads"], "/v1/loads") + _extra(out["loads"][0], sglang["load_snapshot"], "loads[0]")
+    assert not extra, f"/v1/loads fields SGLang {SGLANG_VERSION} has not: {extra}"
+    assert s.get("/get_load")[0] == 404
+    assert s.stop() == 0
+
+
+def test_keys_leak_where_sglang_leaks_them(sglang, start, models):
+    """engine.py logs `server_args={resolved_dict()}` at INFO and build_server_info spreads the resolved
+    args and launch_command into /server_info; the only redaction (watermarking/core.py) is of the
+    watermark secrets, never api_key / admin_api_key."""
+    src = sglang["src"]
+    engine = src.read("srt/entrypoints/engine.py")
+    assert 'logger.info(f"server_args={_server_args_for_logging(server_args)}")' in engine
+    assert "redact_watermark_secrets(server_args.resolved_dict())" in ast.unparse(
+        _function(src.tree("srt/entrypoints/engine.py"), "_server_args_for_logging"))
+    watermark = src.tree("srt/sampling/watermarking/core.py")
+    redacted = next(node.value for node in ast.walk(watermark) if isinstance(node, ast.Assign)
+                    and ast.unparse(node.targets[0]) == "WATERMARK_SECRET_FIELD_NAMES")
+    assert "api_key" not in ast.unparse(redacted)
+    build = ast.unparse(_function(src.tree("srt/utils/common.py"), "build_server_info"))
+    assert "server_args.resolved_dict()" in build and "result['launch_command'] = server_args.launch_command" in build
+    assert {"api_key", "admin_api_key", "launch_command"} <= sglang["server_info"]
+    # launch_command: the merged argv joined by spaces (server_args.py prepare_server_args)
+    prepare = _function(src.tree("srt/server_args.py"), "prepare_server_args")
+    assert "redact_watermark_command_line(argv, " in ast.unparse(prepare)
+    assert "return config_args + before_config + after_config" in src.read("srt/utils/server_args_config_parser.py")
+    key, admin = "sk-fidelity-KEY", "sk-fidelity-ADMIN"
+    s = start({"model-path": str(models["target"]), "api-key": key, "admin-api-key": admin, "trust-remote-code": True},
+              argv=["--served-model-name", "kimi"])
+    s.wait_ready()
+    info = s.get("/server_info", headers={"Authorization": f"Bearer {key}"})[1]
+    assert info["api_key"] == key and info["admin_api_key"] == admin
+    words = info["launch_command"].split()
+    assert words[-2:] == ["--served-model-name", "kimi"] and "--config" not in words  # config first, then the CLI
+    assert words[words.index("--api-key") + 1] == key and words[words.index("--admin-api-key") + 1] == admin
+    assert "--trust-remote-code" in words and "true" not in words  # a store_true flag, bare
+    assert s.stop() == 0
+    assert f"'api_key': '{key}'" in s.log and f"'admin_api_key': '{admin}'" in s.log
+
+
+def test_ranks_above_0_listen_once_ready(sglang):
+    """engine.py: a node_rank >= 1 process waits for its schedulers (wait_for_ready) before it starts
+    launch_dummy_health_check_server, and its SIGTERM handler only logs (rank 0 stops every rank)."""
+    engine = sglang["src"].tree("srt/entrypoints/engine.py")
+    order = {}
+    for node in ast.walk(engine):
+        if isinstance(node, ast.Call):
+            name = ast.unparse(node.func).rsplit(".", 1)[-1]
+            if name in ("wait_for_ready", "launch_dummy_health_check_server"):
+                order.setdefault(name, node.lineno)
+    assert order["wait_for_ready"] < order["launch_dummy_health_check_server"], order
+    assert "waiting for the rank-0 ShutdownReq broadcast to stop the schedulers." in _strings(engine)
