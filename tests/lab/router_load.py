@@ -430,7 +430,7 @@ def cmd_check(args):
     windows = (summary.get("workers_watch") or {}).get("windows") or {}
     logs = {}
     for item in args.log:
-        url, _, path = item.partition("=")
+        url, path = item.split("=", 1)
         logs[url.rstrip("/")] = _read_log(path)
     violations, per_url = sent_after_removal(windows, logs, summary["request_id_prefix"])
     out = {"sent_after_removal": len(violations), "violations": violations[:20], "per_url": per_url}
@@ -486,7 +486,7 @@ def cmd_workers(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="closed-loop load until the stop file appears (or SIGTERM/SIGINT)")
     run.add_argument("--router", required=True, help="the router's base URL, http://host:port")
