@@ -323,6 +323,22 @@ def sent_after_removal(windows, logs, prefix):
     return violations, per_url
 
 
+def failures_by_url(records, logs):
+    """Per worker URL, how many of the load's failed or truncated requests its request log shows arriving
+    (found by their X-Request-Id); ``None`` for those no server logged (refused before they reached one)."""
+    where = {}
+    for url, entries in logs.items():
+        for entry in entries:
+            if entry.get("request_id"):
+                where[entry["request_id"]] = url
+    out = {url: 0 for url in logs}
+    for rec in records:
+        if rec["outcome"] != "ok":
+            url = where.get(rec["request_id"])
+            out[url if url else "None"] = out.get(url if url else "None", 0) + 1
+    return out
+
+
 class Load:
     """``clients`` closed-loop client threads; ``stop`` ends them after their request in flight."""
 
@@ -434,6 +450,8 @@ def cmd_check(args):
         logs[url.rstrip("/")] = _read_log(path)
     violations, per_url = sent_after_removal(windows, logs, summary["request_id_prefix"])
     out = {"sent_after_removal": len(violations), "violations": violations[:20], "per_url": per_url}
+    if args.records:
+        out["failures_by_url"] = failures_by_url(_read_log(args.records), logs)
     if args.out:
         _write_json(args.out, out)
     print(json.dumps(out, indent=1, sort_keys=True))
@@ -503,6 +521,7 @@ def main(argv=None):
     check = sub.add_parser("check", help="requests a server got while it was out of /workers")
     check.add_argument("--summary", required=True)
     check.add_argument("--log", action="append", default=[], help="WORKER_URL=PATH of its request log")
+    check.add_argument("--records", help="the run's records (JSONL): failures counted per server")
     check.add_argument("--out")
     workers = sub.add_parser("workers", help="the router's GET /workers (with --expect: exactly those, healthy)")
     workers.add_argument("--router", required=True)

@@ -253,3 +253,11 @@ def test_workers_expect(fake, monkeypatch, capsys):
     monkeypatch.setenv("ROUTER_LOAD_API_KEY", "wrong")
     assert router_load.main(["workers", "--router", fake]) == 1
     assert "401" in capsys.readouterr().err
+
+
+def test_failures_by_url():
+    logs = {"http://a:1": [{"t": 1, "request_id": "p-0-0"}, {"t": 2, "request_id": "p-1-0"}, {"t": 3, "request_id": None}],
+            "http://b:1": [{"t": 1, "request_id": "p-2-0"}]}
+    records = [{"request_id": "p-0-0", "outcome": "truncated"}, {"request_id": "p-1-0", "outcome": "ok"},
+               {"request_id": "p-2-0", "outcome": "failed"}, {"request_id": "p-3-0", "outcome": "failed"}]
+    assert router_load.failures_by_url(records, logs) == {"http://a:1": 1, "http://b:1": 1, "None": 1}

@@ -19,7 +19,8 @@
 # 3. roll to main with gpufleet_serial=1, then back to v1.0 with gpufleet_serial=2, each under load:
 #    0 failed, 0 truncated, no request sent to a removed server, each server out of the router exactly
 #    once, all back in /workers and healthy, serving the new commit
-# 4. the same roll with sglang_router_drain=false: failures > 0 (why that is certain: see there)
+# 4. the same roll with sglang_router_drain=false: failed or truncated requests on every server (why that
+#    is certain: see there)
 # 5. a probe that fails after the restart (under load): rollback, the old server is added back, 0 failed
 # 6. sglang_router_min_healthy above what the fleet has: refused before any change
 # The figures (sent, failed, truncated, sent after removal; the drain-off failures) are printed at the end.
@@ -135,10 +136,12 @@ removals() {
     ansible gpu_nodes -i "$INV" -m ansible.builtin.fetch \
         -a "src=/var/lib/sglang/rtest/requests.jsonl dest=$LAB_TMP/logs/{{ inventory_hostname }}.jsonl flat=true" > /dev/null
     for i in 1 2 3 4; do logs+=(--log "${WORKERS[i - 1]}=$LAB_TMP/logs/gpu$i.jsonl"); done
-    "${LOAD[@]}" check --summary "$LAB_TMP/$name.json" "${logs[@]}" --out "$LAB_TMP/$name.check.json" > /dev/null
+    "${LOAD[@]}" check --summary "$LAB_TMP/$name.json" --records "$LAB_TMP/$name.records.jsonl" "${logs[@]}" \
+        --out "$LAB_TMP/$name.check.json" > /dev/null
 }
-# assert_load NAME WINDOWS MAX_FAILURES|positive: the figures of one run, asserted. WINDOWS: how many
-# times each server left the router (a list, gpu1..gpu4).
+# assert_load NAME WINDOWS MAX_FAILURES|each: the figures of one run, asserted. WINDOWS: how many
+# times each server left the router (a list, gpu1..gpu4). each: every server's request log holds at least
+# one of the failed or truncated requests (the drain-off roll: each restart cut streams).
 FIGURES=()
 assert_load() {
     local line
@@ -150,9 +153,11 @@ problems = []
 line = ("%s: sent %d, ok %d, failed %d, truncated %d, sent after removal %d, latency p50 %ss p99 %ss"
         % (name, summary["sent"], summary["ok"], summary["failed"], summary["truncated"], check["sent_after_removal"],
            summary["latency_p50"], summary["latency_p99"]))
-if failures == "positive":
-    if summary["failures"] < 1:
-        problems.append("expected failed or truncated requests, got none")
+by_url = check.get("failures_by_url", {})
+if failures == "each":
+    line += "; failed or truncated per server: %s" % ", ".join(str(by_url.get(u, 0)) for u in workers)
+    if any(by_url.get(u, 0) < 1 for u in workers):
+        problems.append("expected failed or truncated requests on every server, got %s" % by_url)
 elif summary["failures"] > int(failures):
     problems.append("%d failed/truncated requests: %s" % (summary["failures"], summary["errors"]))
 if check["sent_after_removal"]:
@@ -231,7 +236,7 @@ load_start drainoff
 rplay some "$INV" gpufleet.llm.deploy -e rtest_revision=main -e gpufleet_serial=2 -e sglang_router_drain=false
 load_stop drainoff
 removals drainoff
-assert_load drainoff 0,0,0,0 positive
+assert_load drainoff 0,0,0,0 each
 workers_ok
 ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e rtest_serving=current >/dev/null
 
