@@ -260,7 +260,7 @@ do_teardown_check() { run_pytest tests/lab/tests/test_lab_teardown.py -q; }
 # controller's CPU is often idle), so the lanes overlap well. The lanes share only the lab Hub, which
 # they read (the targets that reset, cap or fault a Hub, hf_snapshot and fleet, run their own private
 # instances).
-# Why lane7 where it is: sglang_router_roll is the longest target (about 20 min: six deploys of four
+# Why lane7 where it is: sglang_router_roll is the longest target (933-1192 s measured: six deploys of four
 # servers, three of them rolling one or two servers at a time behind a router, under load) and needs
 # four hosts. The hosts that free up first as a block of four are 7-10: lane5's two short targets
 # after fleet, and lane6's one target. Starting it there keeps it off the busy start of the run (six
