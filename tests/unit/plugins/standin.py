@@ -101,7 +101,9 @@ class Standin(object):
         return None  # not reached
 
     def stop(self):
-        return lab_ready.load().stop(self.proc)
+        """SIGINT: the stand-in stops at once. SIGTERM would drain as SGLang 0.5.23 does, checking every
+        5 s (docs/lab.md); the unit tests do not test the drain (tests/lab/tests/test_sglang_standin.py does)."""
+        return lab_ready.load().stop(self.proc, sig=signal.SIGINT)
 
 
 def start(workdir, model_path, die_with_parent, drafter=None, speculative=None, api_key=None, env=None,
