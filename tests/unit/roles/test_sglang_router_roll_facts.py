@@ -23,7 +23,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 INVENTORY = """
 [gpu_nodes]
 gpu1 ansible_host=mgmt-gpu1 model_peer_address=10.0.8.11
-gpu2 ansible_host=mgmt-gpu2
+gpu2 ansible_host=mgmt-gpu2 model_peer_address=""
 gpu3 ansible_host=mgmt-gpu3 sglang_worker_url=http://lb-name.example:31000
 gpu4
 
@@ -80,7 +80,7 @@ def test_routers_of_the_default_group(tmp_path):
     # the new server's port (sglang_args) for the add; the running config's port for the removal
     assert out["gpu1"]["worker"] == "http://10.0.8.11:30001"  # model_peer_address: the cluster address
     assert out["gpu1"]["running"] == "http://10.0.8.11:30000"
-    assert out["gpu2"]["worker"] == "http://mgmt-gpu2:30001"  # else ansible_host
+    assert out["gpu2"]["worker"] == "http://mgmt-gpu2:30001"  # else (unset or empty) ansible_host
     assert out["gpu4"]["worker"] == "http://gpu4:30001"  # else the inventory name
     assert out["gpu3"]["worker"] == out["gpu3"]["running"] == "http://lb-name.example:31000"  # set: both
 
