@@ -42,6 +42,7 @@ class FakeRouter(http.server.BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     workers = []  # what GET /workers lists (the test swaps it)
+    served = {}  # how many GET /workers answered each list
     seen = []
 
     def log_message(self, *args):
@@ -65,6 +66,7 @@ class FakeRouter(http.server.BaseHTTPRequestHandler):
             self._json(401, {"error": "unauthorized"})
             return
         if self.path == "/workers":
+            FakeRouter.served[tuple(self.workers)] = FakeRouter.served.get(tuple(self.workers), 0) + 1
             self._json(200, {"workers": [{"id": str(i), "url": u, "is_healthy": True} for i, u in enumerate(self.workers)]})
             return
         self._json(404, {})
@@ -118,6 +120,7 @@ class QuietServer(http.server.ThreadingHTTPServer):
 def fake():
     server = QuietServer(("127.0.0.1", 0), FakeRouter)
     FakeRouter.workers = []
+    FakeRouter.served = {}
     FakeRouter.seen = []
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -222,7 +225,9 @@ def test_run_until_the_stop_file_with_the_watch(fake, tmp_path):
         ready.wait_until(lambda: progressed(8), alive=proc, timeout=60, what="8 clients with an ok request")
         seen = len(FakeRouter.seen)
         FakeRouter.workers = ["http://w1:1"]
-        ready.wait_until(lambda: len(FakeRouter.seen) > seen + 50, alive=proc, timeout=60, what="50 more requests")
+        # the watch saw w2 absent at least 3 times (a window needs two polls) while the load went on
+        ready.wait_until(lambda: len(FakeRouter.seen) > seen + 50 and FakeRouter.served.get(("http://w1:1",), 0) >= 3,
+                         alive=proc, timeout=60, what="50 more requests and 3 polls without w2")
         FakeRouter.workers = ["http://w1:1", "http://w2:1"]
         seen = len(FakeRouter.seen)
         ready.wait_until(lambda: len(FakeRouter.seen) > seen + 50, alive=proc, timeout=60, what="50 more requests")
