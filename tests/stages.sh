@@ -249,22 +249,33 @@ do_teardown_check() { run_pytest tests/lab/tests/test_lab_teardown.py -q; }
 # each on its own hosts under the names the targets know (gpu1, gpu2, ...), from its own copy of the
 # collection. With 10 hosts:
 #   lane1, hosts 1-2    every target not named below (hf_snapshot, sglang_bench, gpu_info, ...)
-#   lane2, hosts 3-4    sglang_role (its scenarios of one server on one commit)
-#   lane6, hosts 9-10   sglang_role_rollback (sglang_role's stale/rollback/second-commit scenarios)
+#   lane2, hosts 3-4    sglang_role (its scenarios of one server on one commit), then sglang_router
 #   lane3, hosts 5-8    fleet (4 hosts), then at once:
 #     lane4, hosts 5-6  sglang_role_ranks (sglang_role's scenarios of more than one server)
 #     lane5, hosts 7-8  AFTER_FLEET_TARGETS
-# With 8-9 hosts lane6 does not exist: sglang_role_rollback runs in lane5 and AFTER_FLEET_TARGETS in
-# lane1. Most of a target's time is waiting on hosts (the controller's CPU is often idle), so the lanes
-# overlap well. The lanes share only the lab Hub, which they read (the targets that reset, cap or fault
-# a Hub, hf_snapshot and fleet, run their own private instances).
+#   lane6, hosts 9-10   sglang_role_rollback (sglang_role's stale/rollback/second-commit scenarios)
+#   lane7, hosts 7-10   ROUTER_ROLL_TARGETS (4 hosts), once lane5 and lane6 are done
+# With 8-9 hosts lane6 does not exist: sglang_role_rollback runs in lane5, AFTER_FLEET_TARGETS in lane1,
+# and lane7 on hosts 5-8 once lane4 and lane5 are done. Most of a target's time is waiting on hosts (the
+# controller's CPU is often idle), so the lanes overlap well. The lanes share only the lab Hub, which
+# they read (the targets that reset, cap or fault a Hub, hf_snapshot and fleet, run their own private
+# instances).
+# Why lane7 where it is: sglang_router_roll is the longest target (933-1192 s measured: six deploys of four
+# servers, three of them rolling one or two servers at a time behind a router, under load) and needs
+# four hosts. The hosts that free up first as a block of four are 7-10: lane5's two short targets
+# after fleet, and lane6's one target. Starting it there keeps it off the busy start of the run (six
+# lanes on two cores) and off lane1 and lane2, whose hosts stay busy longest with many short targets.
+# sglang_router (2 hosts) follows sglang_role in lane2 rather than joining lane1's long list.
 # A lab of 4-7 hosts runs two lanes (sglang_role_ranks in the first, sglang_role_rollback after
-# sglang_role in the second) and then fleet on hosts 1-4; a lab of fewer than 4 hosts (`make lab-up`
-# gives 2) runs every 2-host target in one lane and says that fleet did not run.
+# sglang_role in the second) and then fleet and ROUTER_ROLL_TARGETS on hosts 1-4; a lab of fewer than 4
+# hosts (`make lab-up` gives 2) runs every 2-host target in one lane and says that the 4-host targets
+# did not run.
 TEST_LAB_HOSTS=${TEST_LAB_HOSTS:-10}
-LANE2_TARGETS=(sglang_role)
+LANE2_TARGETS=(sglang_role sglang_router)
 ROLLBACK_TARGETS=(sglang_role_rollback)
 FLEET_TARGETS=(fleet)
+# the other 4-host target (the proof of the router roll under load): lane7
+ROUTER_ROLL_TARGETS=(sglang_router_roll)
 RANKS_TARGETS=(sglang_role_ranks)
 # on hosts 7-8 after fleet (10 hosts; otherwise in lane 1)
 AFTER_FLEET_TARGETS=(sglang_preflight role_model_tools)
@@ -331,17 +342,18 @@ do_integration() {
     hosts=$(lab_host_count)
     hosts=${hosts:-0}
     if [ "$hosts" -lt 4 ]; then
-        log "integration: $hosts lab host(s): the 4-host target(s) ${FLEET_TARGETS[*]} do not run (LAB_HOSTS=4 or more)"
-        mapfile -t lane1_out < <(excluding "${FLEET_TARGETS[@]}")
+        log "integration: $hosts lab host(s): the 4-host target(s) ${FLEET_TARGETS[*]} ${ROUTER_ROLL_TARGETS[*]} do not run (LAB_HOSTS=4 or more)"
+        mapfile -t lane1_out < <(excluding "${FLEET_TARGETS[@]}" "${ROUTER_ROLL_TARGETS[@]}")
         run_lane all "$COLL" "$INVENTORY" "${lane1_out[@]}"
         return
     fi
     lane_inventory "$CACHE/lane1" 1
     lane_inventory "$CACHE/lane2" 3
     if [ "$hosts" -lt 8 ]; then
-        # two lanes on hosts 1-2 and 3-4, then fleet on hosts 1-4 once both are done
+        # two lanes on hosts 1-2 and 3-4, then fleet and the router roll on hosts 1-4 once both are done
         lane_inventory "$CACHE/lane3" 1 4
-        mapfile -t lane1_out < <(excluding "${FLEET_TARGETS[@]}" "${LANE2_TARGETS[@]}" "${ROLLBACK_TARGETS[@]}")
+        mapfile -t lane1_out < <(excluding "${FLEET_TARGETS[@]}" "${ROUTER_ROLL_TARGETS[@]}" "${LANE2_TARGETS[@]}" \
+            "${ROLLBACK_TARGETS[@]}")
         run_lane lane1 "$COLL" "$CACHE/lane1/inventory.ini" "${lane1_out[@]}" &
         pids+=($!)
         (
@@ -353,32 +365,42 @@ do_integration() {
         pids+=($!)
         for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
         run_lane lane3 "$(lane_copy 3)" "$CACHE/lane3/inventory.ini" "${FLEET_TARGETS[@]}" || rc=$?
+        run_lane lane7 "$(lane_copy 3)" "$CACHE/lane3/inventory.ini" "${ROUTER_ROLL_TARGETS[@]}" || rc=$?
         return $rc
     fi
     lane_inventory "$CACHE/lane3" 5 4
     lane_inventory "$CACHE/lane4" 5
     lane_inventory "$CACHE/lane5" 7
-    local after=("${ROLLBACK_TARGETS[@]}")
+    local after=("${ROLLBACK_TARGETS[@]}") lane7_first=5
     if [ "$hosts" -ge 10 ]; then
         after=("${AFTER_FLEET_TARGETS[@]}")
         lane_inventory "$CACHE/lane6" 9
-        run_lane lane6 "$(lane_copy 6)" "$CACHE/lane6/inventory.ini" "${ROLLBACK_TARGETS[@]}" &
-        pids+=($!)
+        lane7_first=7
     fi
-    mapfile -t lane1_out < <(excluding "${FLEET_TARGETS[@]}" "${LANE2_TARGETS[@]}" "${ROLLBACK_TARGETS[@]}" \
-        "${RANKS_TARGETS[@]}" "${after[@]}")
+    lane_inventory "$CACHE/lane7" "$lane7_first" 4
+    mapfile -t lane1_out < <(excluding "${FLEET_TARGETS[@]}" "${ROUTER_ROLL_TARGETS[@]}" "${LANE2_TARGETS[@]}" \
+        "${ROLLBACK_TARGETS[@]}" "${RANKS_TARGETS[@]}" "${after[@]}")
     run_lane lane1 "$COLL" "$CACHE/lane1/inventory.ini" "${lane1_out[@]}" &
     pids+=($!)
     run_lane lane2 "$(lane_copy 2)" "$CACHE/lane2/inventory.ini" "${LANE2_TARGETS[@]}" &
     pids+=($!)
     (
         rc=0
+        p6=
+        # hosts 9-10 (10 hosts only), from the start
+        if [ "$hosts" -ge 10 ]; then
+            run_lane lane6 "$(lane_copy 6)" "$CACHE/lane6/inventory.ini" "${ROLLBACK_TARGETS[@]}" &
+            p6=$!
+        fi
         run_lane lane3 "$(lane_copy 3)" "$CACHE/lane3/inventory.ini" "${FLEET_TARGETS[@]}" || rc=$?
         # hosts 5-6 and 7-8, each pair its own lane, once fleet is done with all four
         run_lane lane4 "$(lane_copy 3)" "$CACHE/lane4/inventory.ini" "${RANKS_TARGETS[@]}" &
         p4=$!
         run_lane lane5 "$(lane_copy 5)" "$CACHE/lane5/inventory.ini" "${after[@]}" || rc=$?
-        wait "$p4" || rc=$?
+        # lane7's four hosts: 7-10 once lane5 and lane6 are done (8-9 hosts: 5-8 once lane4 and lane5 are)
+        if [ -n "$p6" ]; then wait "$p6" || rc=$?; else wait "$p4" || rc=$?; fi
+        run_lane lane7 "$(lane_copy 7)" "$CACHE/lane7/inventory.ini" "${ROUTER_ROLL_TARGETS[@]}" || rc=$?
+        if [ -n "$p6" ]; then wait "$p4" || rc=$?; fi
         exit $rc
     ) &
     pids+=($!)
@@ -460,16 +482,24 @@ do_bench_fleet() {
     PATH="$VENV/bin:$PATH" ANSIBLE_COLLECTIONS_PATH="$CACHE/collections" "$PY" "$ROOT/tests/lab/bench_fleet.py"
 }
 
+# Requests during a 4-server roll behind the SGLang router, with the drain and without it (needs 4 lab hosts).
+do_bench_router() {
+    link_collection
+    PATH="$VENV/bin:$PATH" "$PY" "$ROOT/tests/lab/bench_router.py" --collections "$CACHE/collections" \
+        --wheelhouse "$CACHE/wheelhouse/tools"
+}
+
 run_bench() {
     trap 'stage lab-down do_lab_down || true; summary' EXIT
     setup
-    [ "$LAB_HOSTS" -ge 4 ] || LAB_HOSTS=4   # the fleet benchmark stages 4 hosts
+    [ "$LAB_HOSTS" -ge 4 ] || LAB_HOSTS=4   # the fleet benchmark stages 4 hosts; the router one rolls 4 servers
     stage lab-up do_lab_up
     stage bench-hub do_bench_hub
     stage bench-verify do_bench_verify
     stage bench-snapshot do_bench_snapshot
     stage bench-sglang do_bench_sglang
     stage bench-fleet do_bench_fleet
+    stage bench-router do_bench_router
 }
 
 run_demo() {
