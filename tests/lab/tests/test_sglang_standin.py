@@ -753,7 +753,7 @@ def test_v1_loads_counts_running_and_waiting(start, models, tmp_path):
     stall.touch()
     body = {"text": "x", "sampling_params": {"max_new_tokens": 3}}
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        pending = [pool.submit(s.generate, body) for _ in range(2)]
+        pending = [pool.submit(s.generate, body) for _n in range(2)]
 
         def counted(_log):
             load = s.get("/v1/loads")[1]["loads"][0]
