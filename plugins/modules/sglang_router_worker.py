@@ -124,7 +124,8 @@ options:
 notes:
   - "Measured against the real C(sglang-router) 0.3.2: C(POST /workers) answers 202 and registers in the background
     (the router retries the worker's C(/health) until its C(--worker-startup-timeout-secs)); C(DELETE
-    /workers/<id>) answers 202 and the worker leaves C(/workers) at once; a worker that stops answering stays
+    /workers/<id>) answers 202 and queues the removal (the worker leaves C(/workers) when it ran, so the module
+    waits for it); a worker that stops answering stays
     listed with C(is_healthy) false. The older C(/add_worker) and C(/remove_worker) answer 404 in 0.3.2."
   - "Runs anywhere the routers (and, with O(drain), O(drain_url)) are reachable; the Python standard library only."
 seealso:

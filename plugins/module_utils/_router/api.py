@@ -18,7 +18,8 @@ the real 0.3.2 binary on loopback (tests/unit/plugins/module_utils/_router/):
   ``--worker-startup-timeout-secs``. The id is new on every add: never keep it, look it up by URL.
 * ``GET /workers/<id>`` of a registration still running -> the worker with ``job_status``
   (``{"status": "processing", ...}``): what a timed-out add reports.
-* ``DELETE /workers/<id>`` -> 202, the worker leaves ``/workers`` at once (404 for an unknown id).
+* ``DELETE /workers/<id>`` -> 202, the removal is queued: the worker leaves ``/workers`` when it ran, usually
+  by the next listing but not always (404 for an unknown id).
 * The whole ``/workers`` API needs ``Authorization: Bearer <--api-key>``; with ``--control-plane-api-keys``
   set it needs one of those keys with the admin role instead (the ``--api-key`` then answers 401, a user
   key 403).

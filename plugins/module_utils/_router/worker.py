@@ -92,7 +92,7 @@ def _list_all(client, routers):
 
 def _wait_for(client, opts, done, clock, sleep):
     """Re-list every router until ``done(entries)`` holds for each, or ``opts['timeout']``: after 0.1 s, then
-    twice as long each time up to INTERVAL (a removal shows at once, a registration within a second or so).
+    twice as long each time up to INTERVAL (a removal usually shows at once, a registration within a second or so).
 
     Returns (listings, waited, ok)."""
     start = clock()
