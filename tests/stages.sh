@@ -276,7 +276,7 @@ ROLLBACK_TARGETS=(sglang_role_rollback)
 FLEET_TARGETS=(fleet)
 # the other 4-host target (the proof of the router roll under load): lane7. NOT run by make test by
 # default (GPUFLEET_ROUTER_ROLL=1 runs it): its last scenario (a refused removal must restart nothing)
-# failed once in a fresh-clone run, unexplained so far (issue 22 stays open until it runs here again).
+# failed in 1 of 4 full runs (a fresh-clone .ci/run), cause not found yet; issue 22 stays open until it runs here again.
 ROUTER_ROLL_TARGETS=(sglang_router_roll)
 GPUFLEET_ROUTER_ROLL=${GPUFLEET_ROUTER_ROLL:-0}
 # run_router_roll COPY INVENTORY: lane7, when asked for
