@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
 from ansible_collections.gpufleet.llm.plugins.modules import sglang_router_worker
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures.router_env import (  # noqa: F401 pylint: disable=unused-import
-    ROUTER_KEY, WORKER_KEY, fake_worker_factory, router_factory, router_python)
+    until, ROUTER_KEY, WORKER_KEY, fake_worker_factory, router_factory, router_python)
 from ansible_collections.gpufleet.llm.tests.unit.plugins.modules.module_runner import run_module
 from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import free_port, standin_factory  # noqa: F401 pylint: disable=unused-import
 
@@ -25,14 +24,6 @@ def run(capsys, args, check_mode=False):
     res = run_module(sglang_router_worker.main, capsys, args, check_mode=check_mode, forbidden=ROUTER_KEY)
     assert WORKER_KEY not in json.dumps(res)
     return res
-
-
-def _until(check, what, timeout=30.0):
-    """A bounded wait on something the router does by itself (a queued removal)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "no %s within %ss" % (what, timeout)
-        time.sleep(0.1)
 
 
 def _args(routers, url, **kw):
@@ -68,7 +59,7 @@ def test_two_routers_only_the_missing_one_is_changed(capsys, router_factory, ser
     status, _data = second.call("DELETE", "/workers/%s" % second.workers()[0]["id"])
     assert status == 202
     # the removal is queued (202): the worker leaves the listing when the router's job ran, not always at once
-    _until(lambda: second.workers() == [], "the removal from the second router")
+    until(lambda: second.workers() == [], "the removal from the second router")
     res = run(capsys, _args([first, second], server.url))
     assert res["changed"] is True and res["added_to"] == [second.url]
     assert [r["is_healthy"] for r in res["routers"]] == [True, True]

@@ -14,20 +14,8 @@ import pytest
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 from ansible_collections.gpufleet.llm.plugins.module_utils._router import api
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures.router_env import (  # noqa: F401 pylint: disable=unused-import
-    ADMIN_KEY, ROUTER_KEY, USER_KEY, WORKER_KEY, fake_worker_factory, router_factory, router_python)
+    until, ADMIN_KEY, ROUTER_KEY, USER_KEY, WORKER_KEY, fake_worker_factory, router_factory, router_python)
 from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import standin_factory  # noqa: F401 pylint: disable=unused-import
-
-
-def _until(check, what, timeout=30.0):
-    """A bounded wait on a condition the router reaches by itself (a registration, a health check)."""
-    import time  # pylint: disable=import-outside-toplevel
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, "no %s within %ss" % (what, timeout)
-        time.sleep(0.1)
 
 
 def test_add_list_remove_as_the_module_expects(router_factory, standin_factory, golden):
@@ -39,7 +27,7 @@ def test_add_list_remove_as_the_module_expects(router_factory, standin_factory, 
                                         token=ROUTER_KEY)
     assert status == 202 and data["status"] == "accepted"
     assert headers["Location"] == "/workers/%s" % data["worker_id"] == data["location"]
-    listed = _until(lambda: [w for w in api.list_workers(client, router.url) if w["is_healthy"]], "healthy worker")
+    listed = until(lambda: [w for w in api.list_workers(client, router.url) if w["is_healthy"]], "healthy worker")
     assert [(w["id"], w["url"]) for w in listed] == [(data["worker_id"], server.url)]
     assert WORKER_KEY not in str(listed)  # the router never shows a worker's key
     # the same URL posted again is refused in the background ("already exists"): still one worker
@@ -49,12 +37,12 @@ def test_add_list_remove_as_the_module_expects(router_factory, standin_factory, 
     # DELETE answers 202 (the removal is queued: the worker leaves the listing when the router's job ran,
     # usually by the next listing, not always: seen under load); once it is gone a second DELETE is a 404
     assert api.remove_worker(client, router.url, data["worker_id"]) is True
-    _until(lambda: api.list_workers(client, router.url) == [], "removal")
+    until(lambda: api.list_workers(client, router.url) == [], "removal")
     assert api.remove_worker(client, router.url, data["worker_id"]) is False
     # a new add is a new id: ids are never kept
     new_id = api.add_worker(client, router.url, server.url)
     assert new_id != data["worker_id"]
-    _until(lambda: api.list_workers(client, router.url), "re-added worker")
+    until(lambda: api.list_workers(client, router.url), "re-added worker")
     assert WORKER_KEY not in router.log() and ROUTER_KEY not in router.log()
 
 
@@ -64,8 +52,8 @@ def test_a_trailing_slash_is_another_worker_to_the_router(router_factory, standi
     client = api.Client(router_api_key=ROUTER_KEY)
     api.add_worker(client, router.url, server.url)
     api.add_worker(client, router.url, server.url + "/")
-    listed = _until(lambda: len(api.list_workers(client, router.url)) == 2 and api.list_workers(client, router.url),
-                    "two spellings listed")
+    listed = until(lambda: len(api.list_workers(client, router.url)) == 2 and api.list_workers(client, router.url),
+                   "two spellings listed")
     assert sorted(w["url"] for w in listed) == [server.url, server.url + "/"]
 
 
@@ -84,9 +72,9 @@ def test_a_worker_that_stops_answering_stays_listed_unhealthy(router_factory, fa
     fake = fake_worker_factory()
     client = api.Client(router_api_key=ROUTER_KEY)
     api.add_worker(client, router.url, fake.url)
-    _until(lambda: [w for w in api.list_workers(client, router.url) if w["is_healthy"]], "healthy fake")
+    until(lambda: [w for w in api.list_workers(client, router.url) if w["is_healthy"]], "healthy fake")
     fake.stop()
-    listed = _until(lambda: [w for w in api.list_workers(client, router.url) if not w["is_healthy"]], "unhealthy listing")
+    listed = until(lambda: [w for w in api.list_workers(client, router.url) if not w["is_healthy"]], "unhealthy listing")
     assert [w["url"] for w in listed] == [fake.url]
 
 

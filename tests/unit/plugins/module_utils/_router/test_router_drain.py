@@ -15,18 +15,8 @@ import urllib.request
 
 from ansible_collections.gpufleet.llm.plugins.module_utils._router import api, worker
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures.router_env import (  # noqa: F401 pylint: disable=unused-import
-    ROUTER_KEY, WORKER_KEY, router_factory, router_python)
+    until, ROUTER_KEY, WORKER_KEY, router_factory, router_python)
 from ansible_collections.gpufleet.llm.tests.unit.plugins.standin import standin_factory  # noqa: F401 pylint: disable=unused-import
-
-
-def _until(check, what, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, "no %s within %ss" % (what, timeout)
-        time.sleep(0.05)
 
 
 def _stream(url, key, out):
@@ -60,7 +50,7 @@ def test_drain_waits_for_the_request_in_flight(router_factory, standin_factory, 
     stream = {}
     streamer = threading.Thread(target=_stream, args=(server.url, WORKER_KEY, stream), daemon=True)
     streamer.start()
-    _until(lambda: api.read_loads(client, server.url)["running"] == 1, "request in flight")
+    until(lambda: api.read_loads(client, server.url)["running"] == 1, "request in flight")
     result = {}
 
     def remove():
@@ -69,7 +59,7 @@ def test_drain_waits_for_the_request_in_flight(router_factory, standin_factory, 
 
     remover = threading.Thread(target=remove, daemon=True)
     remover.start()
-    _until(lambda: not router.workers(), "removal from the router")
+    until(lambda: not router.workers(), "removal from the router")
     # out of the router, but the request it holds is stalled: the drain must still be waiting
     assert remover.is_alive() and "returned" not in result
     assert api.read_loads(client, server.url)["running"] == 1
