@@ -274,19 +274,10 @@ TEST_LAB_HOSTS=${TEST_LAB_HOSTS:-10}
 LANE2_TARGETS=(sglang_role sglang_router)
 ROLLBACK_TARGETS=(sglang_role_rollback)
 FLEET_TARGETS=(fleet)
-# the other 4-host target (the proof of the router roll under load): lane7. NOT run by make test by
-# default (GPUFLEET_ROUTER_ROLL=1 runs it): its last scenario (a refused removal must restart nothing)
-# failed in 1 of 4 full runs (a fresh-clone .ci/run), cause not found yet; issue 22 stays open until it runs here again.
+# the other 4-host target (the proof of the router roll under load): lane7
 ROUTER_ROLL_TARGETS=(sglang_router_roll)
-GPUFLEET_ROUTER_ROLL=${GPUFLEET_ROUTER_ROLL:-0}
-# run_router_roll COPY INVENTORY: lane7, when asked for
-run_router_roll() {
-    if [ "$GPUFLEET_ROUTER_ROLL" != 1 ]; then
-        log "integration: ${ROUTER_ROLL_TARGETS[*]} not run (GPUFLEET_ROUTER_ROLL=1 runs it; see tests/stages.sh)"
-        return 0
-    fi
-    run_lane lane7 "$1" "$2" "${ROUTER_ROLL_TARGETS[@]}"
-}
+# run_router_roll COPY INVENTORY: lane7
+run_router_roll() { run_lane lane7 "$1" "$2" "${ROUTER_ROLL_TARGETS[@]}"; }
 RANKS_TARGETS=(sglang_role_ranks)
 # on hosts 7-8 after fleet (10 hosts; otherwise in lane 1)
 AFTER_FLEET_TARGETS=(sglang_preflight role_model_tools)

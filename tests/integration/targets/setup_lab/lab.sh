@@ -76,6 +76,13 @@ at_exit lab_took
 
 LAB_TMP=$(mktemp -d)
 at_exit rm -rf "$LAB_TMP"
+# GPUFLEET_LAB_KEEP=DIR: a copy of the target's temp directory (play outputs, load records) is kept in
+# DIR/<target> when it ends, for a look after a failure.
+lab_keep_tmp() {
+    local keep=$GPUFLEET_LAB_KEEP/${GPUFLEET_TARGET_NAME:-$(basename "$TARGET_DIR")}
+    rm -rf "$keep" && mkdir -p "$keep" && cp -a "$LAB_TMP/." "$keep/" && echo "== kept $LAB_TMP in $keep"
+}
+[ -z "${GPUFLEET_LAB_KEEP:-}" ] || at_exit lab_keep_tmp
 
 # cleanup_play [ARGS...]: the target's cleanup.yml with the current PLAY_ARGS, quietly; never fails.
 cleanup_play() { ansible-playbook "${PLAY_ARGS[@]}" cleanup.yml "$@" >/dev/null || true; }

@@ -69,10 +69,31 @@ must_fail() {
 }
 no_keys() { ! grep -qF -e "$SKEY" -e "$RKEY" "$@" || { echo "a test key leaked into $*" >&2; exit 1; }; }
 expect_in() { grep -qE -- "$2" "$1" || { sed -n '/fatal\|FAILED\|msg/p' "$1" | tail -20; echo "expected /$2/ in the output" >&2; exit 1; }; }
-# pids: "host MainPID" of each server, sorted
+# pids: "host MainPID" of each server, sorted. Every server must answer: a host whose answer was lost
+# (ssh under load) is asked again, up to 3 times, so that a lost answer never reads as a restart, and
+# a MainPID of 0 (not running) is an error, not a pid.
 pids() {
-    ansible gpu_nodes -i "$INV" -m ansible.builtin.command -a "systemctl show -p MainPID --value sglang-rtest.service" 2>/dev/null \
-        | awk '/ \| [A-Z]+ \| rc=[0-9]+ >>$/ { host = $1; next } host { print host, $1; host = "" }' | sort
+    local raw out try
+    for try in 1 2 3; do
+        raw=$(ansible gpu_nodes -i "$INV" -m ansible.builtin.command -a "systemctl show -p MainPID --value sglang-rtest.service" 2>&1) || true
+        out=$(awk '/ \| [A-Z]+ \| rc=[0-9]+ >>$/ { host = $1; next } host { print host, $1; host = "" }' <<<"$raw" | sort)
+        if [ "$(awk '$2 ~ /^[1-9][0-9]*$/' <<<"$out" | wc -l)" -eq 4 ]; then echo "$out"; return 0; fi
+    done
+    printf 'pids: not every server answered with a running main pid (3 tries):\n%s\n' "$raw" >&2
+    return 1
+}
+# same_pids LABEL BEFORE [EXCEPT]: the servers' pids now are BEFORE (hosts matching EXCEPT left out);
+# otherwise the journal of each server (its starts and stops) and the last play's handlers are shown.
+same_pids() {
+    local now
+    now=$(pids)
+    [ "$(grep -v "^${3:-none} " <<<"$now")" = "$(grep -v "^${3:-none} " <<<"$2")" ] && return 0
+    printf 'before:\n%s\nnow:\n%s\n' "$2" "$now"
+    ansible gpu_nodes -i "$INV" -m ansible.builtin.shell \
+        -a "journalctl -u sglang-rtest.service --no-pager -o short-iso-precise | grep -E 'Started|Stopping|Main process|Failed with' | tail -6" 2>/dev/null || true
+    sed -n '/RUNNING HANDLER\|fatal:\|TASK \[Halt/,+2p' "$OUT" | tail -60
+    echo "$1" >&2
+    exit 1
 }
 
 # The router's /workers, checked: every server listed once and healthy (waits, bounded, for a worker
@@ -199,7 +220,7 @@ rplay 0 "$INV" gpufleet.llm.deploy -e gpufleet_serial=4
 load_stop rerun
 removals rerun
 assert_load rerun 0,0,0,0 0
-[ "$(pids)" = "$P1" ] || { echo "a no-op deploy restarted a server"; exit 1; }
+same_pids "a no-op deploy restarted a server" "$P1"
 
 echo "== 3a. roll to main, one server at a time, under load"
 load_start serial1
@@ -252,13 +273,16 @@ removals rollback
 assert_load rollback 1,0,0,0 0
 workers_ok
 ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e rtest_serving=current >/dev/null
-[ "$(pids | grep -v '^gpu1 ')" = "$(grep -v '^gpu1 ' <<<"$P5")" ] || { echo "the halted batches restarted a server"; exit 1; }
+same_pids "the halted batches restarted a server" "$P5" gpu1
 
 echo "== 6. sglang_router_min_healthy=4 with 4 servers: refused, nothing taken out or restarted"
 P6=$(pids)
 must_fail gpufleet.llm.deploy -e rtest_revision=v1.0 -e gpufleet_serial=1 -e sglang_router_min_healthy=4
 expect_in "$OUT" 'sglang_router_min_healthy'
-[ "$(pids)" = "$P6" ] || { echo "a refused removal restarted a server"; exit 1; }
+# the refusal came before any restart: no restart handler ran on any server
+! grep -q 'RUNNING HANDLER \[gpufleet.llm.sglang : Restart SGLang\]' "$OUT" \
+    || { sed -n '/RUNNING HANDLER/,+3p' "$OUT" | tail -40; echo "a server was restarted although the removal was refused" >&2; exit 1; }
+same_pids "a refused removal restarted a server" "$P6"
 workers_ok
 
 echo "== figures (sglang_router_roll)"
