@@ -196,9 +196,11 @@ def test_traversal_refused(lab_hub, aria2c, tmp_path, monkeypatch):
 
 
 def test_disk_preflight_names_needed_and_free(lab_hub, aria2c, tmp_path):
-    free = os.statvfs(str(tmp_path)).f_bavail * os.statvfs(str(tmp_path)).f_frsize
+    # The filesystem's whole size, not its free bytes at this instant: other processes free space
+    # between a measurement and the module's own (a test run failed so), and free never exceeds size.
+    st = os.statvfs(str(tmp_path))
     with pytest.raises(_snapshot.SnapshotError) as err:
-        run(lab_hub, tmp_path / "d", min_free_bytes=free)
+        run(lab_hub, tmp_path / "d", min_free_bytes=st.f_blocks * st.f_frsize)
     msg = err.value.msg
     assert "not enough disk space" in msg and "free" in msg and "min_free_bytes" in msg
     assert err.value.details["disk"]["needed_bytes"] > 0
