@@ -233,7 +233,8 @@ def test_all_files_from_peers_no_hub_byte_token_never_on_argv(lab_hub, seed, pee
     assert {r["source"] for r in res["files"]} <= {"peer:gpu2", "peer:gpu3"}
     assert hub_files(lab_hub, listing) == set()  # the Hub's own log: not one body
     assert_tree_verified(dest, listing)
-    assert status_of(dest) == {"state": "done", "failed": []}
+    # done, listing every file it holds (its peer server serves them)
+    assert status_of(dest) == {"state": "done", "failed": [], "held": {e["path"]: e["size"] for e in listing}}
     # the token went to the peers (every request carried it) and nowhere else
     assert all(e["auth_ok"] for e in one.log + two.log)
     assert argvs and not any(PEER_TOKEN in arg for argv in argvs for arg in argv)
@@ -331,7 +332,7 @@ def test_no_hub_access_and_no_peer_fails_clearly(lab_hub, seed, peers, tmp_path)
         run(lab_hub, dest, **peer_args(commit, shard, ("gpu2", owner), shares={"gpu2": [SHARDS[0]]}, hub=False))
     assert "no Hub access" in err.value.msg and SHARDS[0] in err.value.msg
     assert PEER_TOKEN not in err.value.msg and not scan_for(dest, PEER_TOKEN)
-    assert status_of(dest) == {"state": "failed", "failed": [SHARDS[0]]}
+    assert status_of(dest) == {"state": "failed", "failed": [SHARDS[0]], "held": {}}
     assert lab_hub.log() == [] and not os.path.exists(dest / SHARDS[0])
 
 
@@ -685,7 +686,8 @@ def test_a_head_answered_503_is_asked_again_with_a_growing_backoff(seed, peers):
     item = _Item(SHARDS[0], size=entry["size"])
     assert source.book.holders([item]) == {SHARDS[0]: peer_list}
     assert waits == [1.0, 2.0] and source.dropped() == []
-    assert busy.requests == 3 and busy.failures_left == 0
+    # its status read (404: no status, so no list of what it holds), then the HEAD and its two retries
+    assert busy.requests == 4 and busy.failures_left == 0
 
 
 def test_a_head_that_stays_503_drops_the_peer_after_its_retries(seed, peers):
@@ -695,7 +697,7 @@ def test_a_head_that_stays_503_drops_the_peer_after_its_retries(seed, peers):
                  fail_first={"status": 503, "count": 10 ** 6, "methods": ("HEAD",)})
     source, peer_list, waits = _live_source([("gpu2", busy)])
     assert source.book.holders([_Item(SHARDS[0], size=entry["size"])]) == {SHARDS[0]: []}
-    assert waits == [1.0, 2.0, 4.0] and busy.requests == _peerbook.PEER_RETRIES + 1
+    assert waits == [1.0, 2.0, 4.0] and busy.requests == 1 + _peerbook.PEER_RETRIES + 1
     assert source.dropped() == [{"name": "gpu2", "reason": "HEAD %s: HTTP 503 (4 tries)" % SHARDS[0]}]
 
 
@@ -707,8 +709,9 @@ def test_a_peer_refusing_the_runs_token_is_dropped_at_once(seed, peers):
     stale.token = "the token of an earlier run"
     source, peer_list, waits = _live_source([("gpu2", stale)])
     assert source.book.holders([_Item(SHARDS[0], size=entry["size"])]) == {SHARDS[0]: []}
+    # the first request (its status) is refused: dropped there, no HEAD sent
     assert waits == [] and stale.requests == 1
-    assert source.dropped() == [{"name": "gpu2", "reason": "HEAD %s: HTTP 401" % SHARDS[0]}]
+    assert source.dropped() == [{"name": "gpu2", "reason": "peer-status: HTTP 401"}]
 
 
 def test_a_status_read_answered_503_is_asked_again(seed, peers):
