@@ -63,7 +63,7 @@ PEER_RETRIES = 3
 # Status files read per look at most, and of those the peers of the rotation when there are more live
 # peers than STATUS_READS (the rest: owners a verdict needs); flat in the fleet's size.
 STATUS_READS = 16
-SAMPLE = 8
+SAMPLE = 12
 # A control request (a status file, a HEAD) is a few hundred bytes: a peer that does not answer one in
 # this long (or the run's timeout, if shorter) is taken for hung and dropped, its other requests unsent.
 STATUS_TIMEOUT = 10.0
@@ -167,6 +167,7 @@ class PeerBook(object):
     def __init__(self, peers: Sequence[Peer], *, token: str, timeout: float, opener: Any, log: Callable[[str], None],
                  retry_wait: float = 1.0, sleep: Callable[[float], Any] = time.sleep, seed: str = "") -> None:
         self.peers = list(peers)
+        self.seed = seed
         by_name = {p.name: p for p in self.peers}
         # this host's rotation over the peers for the status reads, and its mirror order's tie-break
         self.rotation = [by_name[name] for name in shuffled(list(by_name), seed)]
@@ -294,16 +295,17 @@ class PeerBook(object):
 
     def survey(self) -> None:
         """This look's status reads, in parallel: every live peer when they are few, else the next SAMPLE
-        of the rotation (what the others hold is known from earlier looks)."""
+        of the rotation not known done (what the others hold is known from earlier looks)."""
         live = [p for p in self.rotation if p.dropped is None]
         if len(live) > STATUS_READS:
+            # a peer done (and read so) holds all it ever will: the rotation skips it, its list stands
             picked: list[Peer] = []
             for dummy in range(len(self.rotation)):
                 if len(picked) >= SAMPLE:
                     break
                 peer = self.rotation[self.cursor % len(self.rotation)]
                 self.cursor += 1
-                if peer.dropped is None:
+                if peer.dropped is None and not (peer.state == "done" and peer.held is not None):
                     picked.append(peer)
             live = picked
         fresh = [p for p in live if p.name not in self.asked][:max(0, STATUS_READS - self.reads)]

@@ -41,6 +41,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as
 from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.errors import SnapshotError
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.errors import private_over_peers_message
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import peerbook as _peerbook
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.peerbook import STATUS_FILE, Peer, PeerBook
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.source import Resolution
 
@@ -48,7 +49,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.source import 
 # taken soon; doubled after each look that showed nothing new, up to POLL_PAUSE_MAX, so the peers are
 # not hammered; back to POLL_PAUSE once a look shows something. Nothing waits on its exact length.
 POLL_PAUSE = 1.0
-POLL_PAUSE_MAX = 8.0
+POLL_PAUSE_MAX = 4.0
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,100}$")
 
 
@@ -262,6 +263,16 @@ class PeerSource(object):
             self.poll_wait = min(POLL_PAUSE_MAX, self.poll_wait * 2)
         self.book.changed = False
         self.sleep(self.poll_wait)
+
+    def queue(self, items: Sequence[Any]) -> list[Any]:
+        """The order this host fetches ``items`` in: its own Hub share first (the others wait for it), then the
+        rest in this host's shuffled order (seeded by its name), so hosts do not all want the same file first."""
+        rank = {path: n for n, path in enumerate(_peerbook.shuffled([it.remote.path for it in items], self.book.seed))}
+
+        def key(item: Any) -> tuple[int, int]:
+            own = self.hub_share is None or item.remote.path in self.hub_share
+            return (0 if own else 1, rank[item.remote.path])
+        return sorted(items, key=key)
 
     def placed(self, item: Any) -> None:
         """``item`` is verified and in place: this host serves it from now on, and says so in its status."""
