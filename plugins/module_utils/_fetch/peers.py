@@ -148,7 +148,8 @@ class PeerSource(object):
             # a mismatch from several peers at once: one peer at a time finds the bad one
             tried = self.tried.setdefault(item.key, set())
             fresh = [p for p in holding if p.name not in tried] or holding
-            holding = fresh[:1]
+            # in this host's shuffled order (not every host at the same peer), the first mirror of the failed try first
+            holding = sorted(fresh, key=lambda p: p.rank)[:1]
             tried.add(holding[0].name)
         holding = self.book.order(holding)
         holding[0].asked_for += 1
@@ -239,6 +240,9 @@ class PeerSource(object):
             self.backoff_due = max(self.backoff_due, wait)
         if mismatch and len(urls) == 1:
             self.book.drop(self.book.peer_of(urls[0]), "served bytes of %s that fail its hash" % item.remote.path)
+            # the bad one is found (and dropped): the file goes to all its holders again (another bad one
+            # among them makes it go one at a time again)
+            self.solo.discard(item.key)
             blamed = True
         elif mismatch:
             blamed = item.key not in self.solo

@@ -154,7 +154,7 @@ class RunApply(object):
                                        private=s.peer_private, repo_id=s.repo_id,
                                        wait_timeout=s.peer_wait_timeout, timeout=s.timeout, log=self.log,
                                        opener=_peers.peer_opener(s.validate_certs, s.ca_path), retry_wait=s.retry_wait,
-                                       publish=self.publish)
+                                       publish=self.publish, seed=s.peer_name)
         aria2 = _aria2.Aria2Settings(
             aria2c=self.aria2c_path, connections=s.connections, splits=s.splits, parallel_files=s.parallel_files,
             min_split_size=s.min_split_size, timeout=s.timeout, retry_wait=s.retry_wait,

@@ -78,6 +78,22 @@ def test_past_status_reads_a_look_reads_a_bounded_rotation_and_every_peer_in_tur
     assert all(found[item.remote.path] for item in items)  # every file's holders known, from all looks together
 
 
+def test_the_rotation_skips_peers_read_as_done():
+    """A peer read as done holds all it ever will: the rotation spends its reads on the others."""
+    fake = FakePeers()
+    count = 40
+    for i in range(1, count + 1):
+        fake.status("gpu%d" % i, "done" if i <= 20 else "fetching", held={"f00": 10})
+    source, peers = _source(fake, count)
+    for dummy in range(10):
+        source.book.new_look()
+        source.book.holders([_Item("f00")])
+    reads = fake.read_by_peer()
+    done = [reads.get("gpu%d" % i, 0) for i in range(1, 21)]
+    busy = [reads.get("gpu%d" % i, 0) for i in range(21, count + 1)]
+    assert max(done) == 1 and min(busy) >= 4  # 10 looks x 12 reads: the done ones once, the others in turn
+
+
 def test_the_rotation_and_the_mirror_order_are_shuffled_per_host_and_reproducible():
     names = ["gpu%d" % i for i in range(1, _peerbook.STATUS_READS + 1)]
     assert _peerbook.shuffled(names, "gpu30") == _peerbook.shuffled(list(reversed(names)), "gpu30")
@@ -119,7 +135,9 @@ def test_polls_back_off_while_nothing_changes_and_start_over_when_something_does
         [(dummy_item, res)] = source.resolve([item])
         assert res.wait
         source.pause()
-    assert waits == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]  # the first look saw its state: then doubling, capped
+    # the first look saw its state: POLL_PAUSE; then doubling, capped at POLL_PAUSE_MAX (1, 2, 4, 4, 4, 4)
+    assert waits == [min(_peers.POLL_PAUSE_MAX, _peers.POLL_PAUSE * 2 ** n) for n in range(6)]
+    assert waits[-1] == _peers.POLL_PAUSE_MAX > waits[1] > waits[0]
     fake.status("gpu1", "fetching", held={"f01": 10})  # it placed a file: something changed
     source.resolve([item])
     source.pause()
