@@ -68,7 +68,7 @@ def test_past_status_reads_a_look_reads_a_bounded_rotation_and_every_peer_in_tur
     source, peers = _source(fake, count)
     items = [_Item("f%02d" % i) for i in range(80)]
     looks = -(-count // _peerbook.SAMPLE)  # 32 looks of 8: 256 reads, so one peer twice
-    for look in range(looks):
+    for dummy in range(looks):
         before = sum(fake.counts().values())
         source.book.new_look()
         found = source.book.holders(items)
