@@ -9,7 +9,7 @@ simulated transport and a virtual clock; its docstring says what is left out) on
 64 shards of 9.2 GB plus 16 small files (589 GB). Host links 100 Gb/s down and up; the Hub side at
 4 host links (a site mirror; the acceptance runs) or at 10 Gb/s (the prediction for a site uplink, at 64
 hosts: the uplink sets the makespan there, and 256 hosts polling through ~470 s of virtual time take the
-simulation over 10 minutes).
+simulation over 8 minutes).
 No lab needed: pure Python, a few minutes on 2 cores. Results: bench-results/scale.json, scale.md and
 scale.png (makespan and control requests against N).
 
@@ -40,7 +40,7 @@ RUNS = [
     ("n256-hung5", 256, 4.0, 0.05, 0.0, 0.2),
     ("n256-corrupt5", 256, 4.0, 0.0, 0.05, 0.2),
     # the site-uplink prediction at 64 hosts: at 256 the Hub phase (~470 s of virtual time with every host
-    # polling) takes the simulation over 10 minutes of wall time; the uplink, not N, sets the makespan there
+    # polling) took the simulation over 8 minutes of wall time; the uplink, not N, sets the makespan there
     ("kimi-100g-10g-n64", 64, 0.1, 0.0, 0.0, 1.0),
 ]
 
