@@ -501,6 +501,13 @@ do_bench_router() {
         --wheelhouse "$CACHE/wheelhouse/tools"
 }
 
+# The peer exchange at 16-256 hosts, simulated on the collection's own scheduling code (no lab needed;
+# a few minutes on 2 cores): bench-results/scale.json, scale.md, scale.png.
+do_bench_scale() {
+    link_collection
+    "$PY" "$ROOT/tests/lab/bench_scale.py" --collections "$CACHE/collections" --out "$ROOT/bench-results"
+}
+
 run_bench() {
     trap 'stage lab-down do_lab_down || true; summary' EXIT
     setup
@@ -512,6 +519,7 @@ run_bench() {
     stage bench-sglang do_bench_sglang
     stage bench-fleet do_bench_fleet
     stage bench-router do_bench_router
+    stage bench-scale do_bench_scale
 }
 
 run_demo() {
@@ -524,7 +532,7 @@ run_demo() {
     log "  $PY tests/lab/labctl.py status | exec gpu1 -- CMD ; make lab-down removes it."
 }
 
-[ $# -gt 0 ] || { log "usage: $0 test|demo|setup|lint|build|ee|sanity|units|units-fast|lab-local|lab-up|lab-down|lab-status|integration|bench"; exit 2; }
+[ $# -gt 0 ] || { log "usage: $0 test|demo|setup|lint|build|ee|sanity|units|units-fast|lab-local|lab-up|lab-down|lab-status|integration|bench|bench-scale"; exit 2; }
 for what in "$@"; do
     case $what in
         test) run_test ;;
@@ -544,6 +552,7 @@ for what in "$@"; do
         integration) stage integration do_integration ;;
         teardown) stage teardown do_teardown_check ;;
         bench) run_bench ;;
+        bench-scale) stage bench-scale do_bench_scale ;;
         *) log "unknown stage: $what"; exit 2 ;;
     esac
 done

@@ -245,13 +245,16 @@ options:
         C(share) (the paths that peer fetches from the Hub; may be empty), and optionally C(hub) (whether that peer
         has Hub access; default whether its C(share) is not empty; with O(hub=false) this host waits for such a
         peer to take a file whose owner failed from the Hub).
-      - A file is fetched from every live peer that holds it (C(HEAD) with O(peer_token) answers 200 with the
-        listing's size), several peers per file as aria2 mirrors; its bytes get the same staging, hash and rename as
-        from the Hub. A peer that refuses connections, refuses O(peer_token) (401/403), answers another error or
+      - A file is fetched from every live peer that holds it, several peers per file as aria2 mirrors, in this host's
+        own order (the peers it asked least first, ties shuffled with a seed from its host name); its bytes get the same
+        staging, hash and rename as from the Hub. Who holds what comes from the peers' status files (C(held), read with
+        O(peer_token); at most 16 reads per look, a rotation past 16 peers), or from a C(HEAD) per file for a peer
+        whose status lists nothing (200 with the listing's size). A peer that refuses connections, refuses O(peer_token) (401/403), answers another error or
         serves bytes that fail the hash is dropped for the rest of the run (RV(peers_dropped)); a hash mismatch from
         several peers at once is retried one peer at a time. A passing fault (5xx, 429, a timeout, a reset
         connection) is asked again with a backoff from O(retry_wait), up to 3 more times, before the peer is
-        dropped, and uses no try. Partial bytes are resumed only from the peers (or the Hub) that wrote them; a
+        dropped, and uses no try; a status read or C(HEAD) that times out (10 s, or O(timeout) if shorter) drops
+        the peer at once, and its queued requests are not sent. Partial bytes are resumed only from the peers (or the Hub) that wrote them; a
         dropped peer's are discarded. The Hub is the last resort.
       - A file not in O(hub_share) is waited for while its owner (the peer whose C(share) lists it) is alive and its
         peer status says it is still fetching; waiting is not a failed try. It comes from the Hub once no live peer
@@ -313,6 +316,13 @@ options:
         O(peer_wait_timeout). So every host of the run must claim its status (O(peer_claim)) before any of them
         fetches, as the gpufleet.llm.model role does; without O(peer_run) no status yet means "not started yet".
     type: str
+  peer_name:
+    description:
+      - This host's name among the peers' names (the gpufleet.llm.model role passes C(inventory_hostname)). With
+        O(peers), it seeds this host's own order of the peers (the status reads' rotation, the mirrors' tie-break)
+        and of the files it fetches from them, so every run of this host uses the same order and the hosts of a
+        fleet use different ones. Default the host's own host name.
+    type: str
   peer_claim:
     description:
       - Only claim C(dest/.gpufleet/peer-status.json) for run O(peer_run) - C(state) C(started) - and return;
@@ -330,8 +340,9 @@ requirements:
 notes:
   - Ansible forbids C(async) in check mode; check mode runs synchronously and writes nothing.
   - With O(peers) given (even empty), C(dest/.gpufleet/peer-status.json) says this run's state to the peers
-    (C(state) C(fetching), C(done) or C(failed), and C(failed), the paths that failed; C(run), O(peer_run), when
-    given; C(started) from O(peer_claim)), written atomically at the start, the end and on a failure;
+    (C(state) C(fetching), C(done) or C(failed), and C(failed), the paths that failed; C(held), the paths and sizes
+    of the files in place and verified, which the peer server serves; C(run), O(peer_run), when given; C(started)
+    from O(peer_claim)), written atomically at the start, each time a file is placed, the end and on a failure;
     M(gpufleet.llm.peer_serve) exposes only that file of C(.gpufleet).
   - Check mode with O(peers) reports each file's planned RV(files[].source) without asking any peer.
 seealso:

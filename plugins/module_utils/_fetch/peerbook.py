@@ -6,14 +6,25 @@
 
 Private to the collection: not a public API, may change without notice.
 
-``PeerBook`` is what ``peers.PeerSource`` knows of the peers. It asks every live peer (``HEAD`` with the
-run's token: 200 with the listing's size means it holds the file) and reads their peer-status files
-(``fetching``, ``done``, ``failed``).
+``PeerBook`` is what ``peers.PeerSource`` knows of the peers: their peer-status files (``fetching``,
+``done``, ``failed``, and ``held``: the files each has verified and placed, path and size), read with
+the run's token. A look (one per resolve) reads at most ``STATUS_READS`` status files: every live peer
+when there are no more than that, else the next ``SAMPLE`` peers of this host's own shuffled order (a
+rotation, seeded by this host's name) plus owners the verdicts need; what a look did not read is known
+from an earlier one (``held`` only grows during a run). So discovery costs one small GET per peer per
+look, flat in the number of files and bounded in the number of peers, never a HEAD per file per peer.
+A peer whose status has no ``held`` (a server without a status, or an older collection) is still asked
+per file (``HEAD`` with the token: 200 with the listing's size means it holds the file). A peer only
+claims: every byte it serves is checked against the listing's hash before it is placed.
+
+Mirrors are ordered per host (``order``): the peers this host asked least so far first, ties in this
+host's shuffled order, so the hosts of a fleet do not all start at the same holders.
 
 A peer that refuses a connection, refuses the run's token (401/403), answers another error, or serves
 bytes that fail the hash is dropped for the rest of the run. A passing fault (5xx, 429, a timeout, a
 reset connection) is asked again with a backoff (``retry_wait`` doubled each time): a HEAD or status
-read up to ``PEER_RETRIES`` more times at once, a file aria2 could not get from it in up to
+read up to ``PEER_RETRIES`` more times at once (not a timeout: a peer that does not answer a control
+request within ``STATUS_TIMEOUT`` is dropped at once, and its other queued requests are not sent), a file aria2 could not get from it in up to
 ``PEER_RETRIES`` more rounds (its strikes); only then is the peer dropped. Its token goes only to peer
 URLs: HEADs here (no proxy, no redirect followed) and aria2's ``header=`` in its 0600 input file,
 never to the Hub nor on argv.
@@ -25,7 +36,9 @@ from __future__ import annotations
 
 import dataclasses
 import http.client
+import hashlib
 import json
+import random
 import socket
 import time
 import urllib.error
@@ -47,6 +60,13 @@ HEAD_THREADS = 8
 MAX_STATUS_BYTES = 4 << 20
 # How many more times a peer's passing fault (5xx, 429, timeout, reset) is retried before it is dropped.
 PEER_RETRIES = 3
+# Status files read per look at most, and of those the peers of the rotation when there are more live
+# peers than STATUS_READS (the rest: owners a verdict needs); flat in the fleet's size.
+STATUS_READS = 16
+SAMPLE = 12
+# A control request (a status file, a HEAD) is a few hundred bytes: a peer that does not answer one in
+# this long (or the run's timeout, if shorter) is taken for hung and dropped, its other requests unsent.
+STATUS_TIMEOUT = 10.0
 # aria2's error codes for passing faults: timed out, network problem, server overloaded (503).
 _PASSING_CODES = frozenset((2, 6, 29))
 _PASSING_WORDS = ("timed out", "timeout", "reset", "eof", "broken pipe")
@@ -69,6 +89,11 @@ class Peer:
     strikes: int = 0
     # the run id its peer-status must carry (peer_run); None: any, and no status yet means "not started yet"
     run: str | None = None
+    # {path: size} it says it holds verified (its status' "held"); None: it publishes no list (asked by HEAD)
+    held: dict | None = None
+    read: bool = False  # whether a status read of it answered yet (a 404 counts: nothing to read)
+    rank: int = 0  # its place in this host's shuffled order
+    asked_for: int = 0  # files this host asked it for first so far
 
 
 def _gone(exc: BaseException) -> str:
@@ -108,15 +133,50 @@ def _failure(exc: BaseException) -> str:
 
 
 def _tries(exc: BaseException) -> str:
-    return " (%d tries)" % (PEER_RETRIES + 1) if passing(exc) else ""
+    return " (%d tries)" % (PEER_RETRIES + 1) if passing(exc) and not timed_out(exc) else ""
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether a request failed because the peer did not answer in time (hung, or its link is gone)."""
+    reason = getattr(exc, "reason", exc)
+    return isinstance(reason, (socket.timeout, TimeoutError))
+
+
+def shuffled(names: Sequence[str], seed: str) -> list[str]:
+    """``names`` in this host's own order: shuffled with a seed derived from ``seed`` (the host's name),
+    the same on every run of that host, different from host to host."""
+    rng = random.Random(int.from_bytes(hashlib.sha256(seed.encode("utf-8")).digest()[:8], "big"))
+    out = sorted(names)
+    rng.shuffle(out)
+    return out
+
+
+def parse_held(raw: Any) -> dict | None:
+    """A status' ``held`` ({path: size}) checked, None when absent; ValueError when it is no such map."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                            for k, v in raw.items()):
+        raise ValueError("held is not a map of paths to sizes")
+    return dict(raw)
 
 
 class PeerBook(object):
     """The peers of a run and what it learnt of them: their state, their strikes, why one was dropped."""
 
     def __init__(self, peers: Sequence[Peer], *, token: str, timeout: float, opener: Any, log: Callable[[str], None],
-                 retry_wait: float = 1.0, sleep: Callable[[float], Any] = time.sleep) -> None:
+                 retry_wait: float = 1.0, sleep: Callable[[float], Any] = time.sleep, seed: str = "") -> None:
         self.peers = list(peers)
+        self.seed = seed
+        by_name = {p.name: p for p in self.peers}
+        # this host's rotation over the peers for the status reads, and its mirror order's tie-break
+        self.rotation = [by_name[name] for name in shuffled(list(by_name), seed)]
+        for rank, peer in enumerate(self.rotation):
+            peer.rank = rank
+        self.cursor = 0
+        self.reads = 0  # status reads of this look
+        self.requests = 0  # control requests sent (status reads, HEADs), for the bench
+        self.changed = False  # whether a status read showed something new (a state, a held file) since last asked
         self.peer_token = token
         self.timeout = timeout
         self.opener = opener
@@ -131,7 +191,8 @@ class PeerBook(object):
         headers = {"User-Agent": _hub.USER_AGENT, "Accept-Encoding": "identity"}
         req = urllib.request.Request(url, method=method, headers=headers)
         req.add_unredirected_header("Authorization", "Bearer %s" % self.peer_token)
-        return self.opener.open(req, timeout=self.timeout)
+        self.requests += 1
+        return self.opener.open(req, timeout=min(self.timeout, STATUS_TIMEOUT))
 
     def _asked_again(self, peer: Peer, what: str, call: Callable[[], Any]) -> Any:
         """``call()`` (one request to ``peer``), asked again after a passing fault, at most PEER_RETRIES
@@ -140,8 +201,8 @@ class PeerBook(object):
             try:
                 return call()
             except (OSError, http.client.HTTPException) as exc:
-                if attempt > PEER_RETRIES or not passing(exc):
-                    raise
+                if attempt > PEER_RETRIES or not passing(exc) or timed_out(exc):
+                    raise  # a timeout: hung or gone; asked again it would hold this look up as long once more
                 headers = getattr(exc, "headers", None)
                 asked = _hub.retry_after_seconds(headers.get("Retry-After")) if headers is not None else None
                 wait = max(backoff(self.retry_wait, attempt), min(asked or 0.0, backoff(self.retry_wait, PEER_RETRIES)))
@@ -167,6 +228,8 @@ class PeerBook(object):
             with self._request(self.file_url(peer, path), "HEAD") as resp:
                 return resp.headers.get("Content-Length")
 
+        if peer.dropped is not None:
+            return peer, path, False, None  # dropped meanwhile (e.g. it timed out): its queued HEADs are not sent
         try:
             length = self._asked_again(peer, "HEAD %s" % path, head)
             if length is not None and length.strip().isdigit() and int(length) == size:
@@ -177,7 +240,12 @@ class PeerBook(object):
                 return peer, path, False, None
             return peer, path, False, "HEAD %s: HTTP %d%s" % (path, exc.code, _tries(exc))
         except (OSError, http.client.HTTPException) as exc:
+            if timed_out(exc):
+                self.drop(peer, self._hung(exc))  # at once: the HEADs still queued for it see it dropped
             return peer, path, False, _gone(exc) + _tries(exc)
+
+    def _hung(self, exc: BaseException) -> str:
+        return "%s after %.0f s (hung: its other requests are not sent)" % (_gone(exc), min(self.timeout, STATUS_TIMEOUT))
 
     def refresh_status(self, peer: Peer) -> None:
         """The owner's peer-status: 404 means its server is up and its run has not started yet.
@@ -190,6 +258,7 @@ class PeerBook(object):
             with self._request(peer.url + "%s/%s" % (_manifest.META_DIR, STATUS_FILE), "GET") as resp:
                 return resp.read(MAX_STATUS_BYTES + 1)
 
+        peer.read = True
         try:
             raw = self._asked_again(peer, "peer-status", read)
         except urllib.error.HTTPError as exc:
@@ -201,10 +270,11 @@ class PeerBook(object):
                 self.drop(peer, "peer-status: HTTP %d%s" % (exc.code, _tries(exc)))
             return
         except (OSError, http.client.HTTPException) as exc:
-            self.drop(peer, _gone(exc) + _tries(exc))
+            self.drop(peer, self._hung(exc) if timed_out(exc) else _gone(exc) + _tries(exc))
             return
         try:
             status = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_STATUS_BYTES else None
+            held = parse_held(status.get("held")) if isinstance(status, dict) else None
         except ValueError:
             status = None
         if not isinstance(status, dict) or status.get("state") not in STATES or not isinstance(status.get("failed", []), list):
@@ -214,14 +284,58 @@ class PeerBook(object):
             self.drop(peer, "its stage of this run never started or failed before its fetch (its peer-status is of run %s, "
                             "not %s)" % (_hub.shown(status.get("run")), peer.run))
             return
+        if status["state"] == "started" and held is None:
+            held = {}  # a claim (claim.py): its fetch has placed nothing yet, and will list what it places
         # "started": claimed for this run, the fetch is about to write "fetching": waited for like a run not started yet
-        peer.state = "unknown" if status["state"] == "started" else status["state"]
+        state = "unknown" if status["state"] == "started" else status["state"]
+        self.changed = self.changed or state != peer.state or (held is not None and held != peer.held)
+        peer.state = state
         peer.failed = frozenset(p for p in status.get("failed", []) if isinstance(p, str))
+        peer.held = held
+
+    def survey(self) -> None:
+        """This look's status reads, in parallel: every live peer when they are few, else the next SAMPLE
+        of the rotation not known done (what the others hold is known from earlier looks)."""
+        live = [p for p in self.rotation if p.dropped is None]
+        if len(live) > STATUS_READS:
+            # a peer done (and read so) holds all it ever will: the rotation skips it, its list stands
+            picked: list[Peer] = []
+            for dummy in range(len(self.rotation)):
+                if len(picked) >= SAMPLE:
+                    break
+                peer = self.rotation[self.cursor % len(self.rotation)]
+                self.cursor += 1
+                if peer.dropped is None and not (peer.state == "done" and peer.held is not None):
+                    picked.append(peer)
+            live = picked
+        fresh = [p for p in live if p.name not in self.asked][:max(0, STATUS_READS - self.reads)]
+        self.asked.update(p.name for p in fresh)
+        self.reads += len(fresh)
+        if len(fresh) == 1:
+            self.refresh_status(fresh[0])
+        elif fresh:
+            with ThreadPoolExecutor(max_workers=min(HEAD_THREADS, len(fresh))) as pool:
+                list(pool.map(self.refresh_status, fresh))
+
+    def _claims(self, peer: Peer, path: str, size: int) -> bool:
+        """Whether ``peer``'s last status lists ``path`` with the listing's size (a peer listing another size
+        is dropped: it would serve other bytes)."""
+        have = peer.held.get(path) if peer.held is not None else None
+        if have is not None and have != size:
+            self.drop(peer, "its peer-status lists %s with %d bytes, the listing says %d" % (path, have, size))
+        return have == size and peer.dropped is None
 
     def holders(self, items: Sequence[Any]) -> dict[str, list[Peer]]:
-        """{path: live peers holding it}; peers that answer wrong are dropped on the way."""
-        pairs = [(peer, item) for item in items for peer in self.peers if peer.dropped is None]
+        """{path: live peers holding it}, by their status' ``held`` (read in this look, or known from an
+        earlier one), and a HEAD per file to the peers that publish no list; wrong answers drop a peer."""
+        self.survey()
         found: dict[str, list[Peer]] = {item.remote.path: [] for item in items}
+        for item in items:
+            for peer in self.peers:
+                if peer.dropped is None and peer.held is not None and self._claims(peer, item.remote.path, item.remote.size):
+                    found[item.remote.path].append(peer)
+        pairs = [(peer, item) for item in items for peer in self.peers
+                 if peer.dropped is None and peer.held is None and peer.read]
         if not pairs:
             return found
         with ThreadPoolExecutor(max_workers=min(HEAD_THREADS, len(pairs))) as pool:
@@ -234,6 +348,10 @@ class PeerBook(object):
                 found[path].append(peer)
         return found
 
+    def order(self, holding: Sequence[Peer]) -> list[Peer]:
+        """Mirrors for one file: the peers this host asked least so far first, then in its shuffled order."""
+        return sorted(holding, key=lambda p: (p.asked_for, p.rank))
+
     def owner(self, path: str) -> Peer | None:
         for peer in self.peers:
             if path in peer.share:
@@ -245,13 +363,15 @@ class PeerBook(object):
 
     # -- who is live ---------------------------------------------------------------------------
     def new_look(self) -> None:
-        """A new look at the peers: each status is read again, once, when asked for."""
+        """A new look at the peers: each status is read again, once, when asked for (STATUS_READS at most)."""
         self.asked = set()
+        self.reads = 0
 
     def look_at(self, peer: Peer) -> None:
-        """``peer``'s status, read once per look."""
-        if peer.name not in self.asked:
+        """``peer``'s status, read once per look; past STATUS_READS reads, what an earlier look read stands."""
+        if peer.name not in self.asked and self.reads < STATUS_READS:
             self.asked.add(peer.name)
+            self.reads += 1
             self.refresh_status(peer)
 
     def owner_may_publish(self, path: str) -> bool:

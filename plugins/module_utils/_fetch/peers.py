@@ -7,9 +7,11 @@
 Private to the collection: not a public API, may change without notice.
 
 Every host fetches its share (``hub_share``) from the Hub and publishes each verified file through
-its peer server (peer_serve: nginx, a bearer token). ``PeerSource`` is a _transfer source like
-HubSource: for each pending file it asks every live peer (``HEAD`` with the token: 200 with the
-listing's size means it holds the file) and hands aria2 all holders at once as mirrors. A file no
+its peer server (peer_serve: nginx, a bearer token), and lists it in its peer-status (``held``) as soon
+as it is placed (``placed``: the transfer tells the source, the run rewrites the status atomically), so
+every host re-serves what it has verified and the swarm grows as the stage goes. ``PeerSource`` is a
+_transfer source like HubSource: for each pending file it takes the holders its book knows (the peers'
+status files, ``peerbook``) and hands aria2 all of them at once as mirrors, in this host's own order. A file no
 peer holds yet is waited for (not a failed try) while its owner, the peer whose share lists it, is
 alive and its peer-status says it is still fetching; once the owner is gone, done or failed without
 it, or ``peer_wait_timeout`` passed, the Hub serves it. With ``hub=false`` it waits on while a live
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import time
 import urllib.parse
 import urllib.request
@@ -38,12 +41,15 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as
 from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.errors import SnapshotError
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.errors import private_over_peers_message
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import peerbook as _peerbook
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.peerbook import STATUS_FILE, Peer, PeerBook
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.source import Resolution
 
 # Between two looks at the peers while files wait for their owners: short, so a published file is
-# taken soon; bounded, so the peers are not hammered. Nothing waits on its exact length.
+# taken soon; doubled after each look that showed nothing new, up to POLL_PAUSE_MAX, so the peers are
+# not hammered; back to POLL_PAUSE once a look shows something. Nothing waits on its exact length.
 POLL_PAUSE = 1.0
+POLL_PAUSE_MAX = 4.0
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,100}$")
 
 
@@ -72,13 +78,24 @@ def parse_peers(raw: Sequence[Any] | None, run: str | None = None) -> list[Peer]
     return peers
 
 
-def write_status(dest: str, state: str, failed: Sequence[str] = (), run: str | None = None) -> None:
-    """``<dest>/.gpufleet/peer-status.json``, atomically: what the peers read about this run (``run``: its id)."""
-    os.makedirs(_manifest.meta_dir(dest), exist_ok=True)
+def status_document(state: str, failed: Sequence[str] = (), run: str | None = None,
+                    held: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """What a peer-status file says: the state, the files failed, the run's id, and ``held`` ({path: size}:
+    the files this host verified and placed, which its peer server serves)."""
     status: dict[str, Any] = {"state": state, "failed": sorted(failed)}
     if run is not None:
         status["run"] = run
-    _manifest.atomic_write_json(os.path.join(_manifest.meta_dir(dest), STATUS_FILE), status)
+    if held is not None:
+        status["held"] = dict(sorted(held.items()))
+    return status
+
+
+def write_status(dest: str, state: str, failed: Sequence[str] = (), run: str | None = None,
+                 held: Mapping[str, int] | None = None) -> None:
+    """``<dest>/.gpufleet/peer-status.json``, atomically: what the peers read about this run (``run``: its id)."""
+    os.makedirs(_manifest.meta_dir(dest), exist_ok=True)
+    _manifest.atomic_write_json(os.path.join(_manifest.meta_dir(dest), STATUS_FILE),
+                                status_document(state, failed, run, held))
 
 
 def peer_opener(validate_certs: bool = True, ca_path: str | None = None) -> urllib.request.OpenerDirector:
@@ -97,14 +114,21 @@ class PeerSource(object):
 
     def __init__(self, peers: Sequence[Peer], *, token: str, hub: Any, hub_share: set[str] | None, wait_timeout: float,
                  timeout: float, opener: Any, log: Callable[[str], None], retry_wait: float = 1.0,
-                 sleep: Callable[[float], Any] = time.sleep, private: bool = False, repo_id: str = "") -> None:
+                 sleep: Callable[[float], Any] = time.sleep, private: bool = False, repo_id: str = "",
+                 seed: str | None = None, clock: Callable[[], float] = time.monotonic,
+                 publish: Callable[[Sequence[tuple[str, int]]], None] | None = None) -> None:
+        # seed: this host's name (its status reads' rotation and mirror order); clock: the deadline's
+        # (the bench's virtual one); publish: lists placed files in this host's peer-status
         self.book = PeerBook(peers, token=token, timeout=timeout, opener=opener, log=log, retry_wait=retry_wait,
-                             sleep=sleep)
+                             sleep=sleep, seed=socket.gethostname() if seed is None else seed)
+        self.clock = clock
+        self.publish = publish
+        self.poll_wait = POLL_PAUSE
         self.peer_token = token  # the peers' token, for masking in progress messages
         self.hub = hub
         self.token = getattr(hub, "token", None)  # the Hub's, for masking in progress messages
         self.hub_share = hub_share  # None: every file is this host's own share
-        self.deadline = time.monotonic() + wait_timeout
+        self.deadline = clock() + wait_timeout
         self.solo: set[str] = set()  # content keys to fetch from one peer at a time (a multi-peer mismatch)
         self.tried: dict[str, set[str]] = {}  # key -> peers a solo try used
         self.sleep = sleep
@@ -117,15 +141,18 @@ class PeerSource(object):
         """``wait`` (the owner may still publish it), ``hub`` (it will not), ``timeout``."""
         if not self.book.owner_may_publish(item.remote.path):
             return "hub"
-        return "timeout" if time.monotonic() >= self.deadline else "wait"
+        return "timeout" if self.clock() >= self.deadline else "wait"
 
     def _to_peers(self, item: Any, holding: list[Peer]) -> Resolution:
         if item.key in self.solo:
             # a mismatch from several peers at once: one peer at a time finds the bad one
             tried = self.tried.setdefault(item.key, set())
             fresh = [p for p in holding if p.name not in tried] or holding
-            holding = fresh[:1]
+            # in this host's shuffled order (not every host at the same peer), the first mirror of the failed try first
+            holding = sorted(fresh, key=lambda p: p.rank)[:1]
             tried.add(holding[0].name)
+        holding = self.book.order(holding)
+        holding[0].asked_for += 1
         urls = [self.book.file_url(peer, item.remote.path) for peer in holding]
         return Resolution(urls[0], mirrors=tuple(urls[1:]), header="Authorization: Bearer %s" % self.peer_token,
                           origin="peer:%s" % holding[0].name)
@@ -148,8 +175,8 @@ class PeerSource(object):
             # a peer's passing fault on a file last round: give it its backoff before it is asked again
             wait, self.backoff_due = self.backoff_due, 0.0
             self.sleep(wait)
-        found = self.book.holders(items)
         self.book.new_look()
+        found = self.book.holders(items)
         out: list[tuple[Any, Resolution]] = []
         to_hub = []
         for item in items:
@@ -171,7 +198,7 @@ class PeerSource(object):
             elif self.hub is None and verdict == "hub" and self.book.hub_peers_busy():
                 # its owner will not publish it, but a host with Hub access that still fetches takes
                 # it from the Hub for itself and then publishes it: wait for that, not fail now
-                out.append((item, Resolution(None, wait=True) if time.monotonic() < self.deadline
+                out.append((item, Resolution(None, wait=True) if self.clock() < self.deadline
                             else self._no_hub(item, "timeout")))
             elif self.hub is None and verdict == "hub" and not own:
                 # none is busy any more: a peer publishes before it says done, so one last look decides
@@ -213,6 +240,9 @@ class PeerSource(object):
             self.backoff_due = max(self.backoff_due, wait)
         if mismatch and len(urls) == 1:
             self.book.drop(self.book.peer_of(urls[0]), "served bytes of %s that fail its hash" % item.remote.path)
+            # the bad one is found (and dropped): the file goes to all its holders again (another bad one
+            # among them makes it go one at a time again)
+            self.solo.discard(item.key)
             blamed = True
         elif mismatch:
             blamed = item.key not in self.solo
@@ -229,7 +259,29 @@ class PeerSource(object):
         return "peer:%s" % peer.name if peer is not None else res.origin
 
     def pause(self) -> None:
-        time.sleep(POLL_PAUSE)
+        """Between two looks while files wait: POLL_PAUSE after a look that showed something new (a state,
+        a file held), else the last pause doubled, up to POLL_PAUSE_MAX."""
+        if self.book.changed:
+            self.poll_wait = POLL_PAUSE
+        else:
+            self.poll_wait = min(POLL_PAUSE_MAX, self.poll_wait * 2)
+        self.book.changed = False
+        self.sleep(self.poll_wait)
+
+    def queue(self, items: Sequence[Any]) -> list[Any]:
+        """The order this host fetches ``items`` in: its own Hub share first (the others wait for it), then the
+        rest in this host's shuffled order (seeded by its name), so hosts do not all want the same file first."""
+        rank = {path: n for n, path in enumerate(_peerbook.shuffled([it.remote.path for it in items], self.book.seed))}
+
+        def key(item: Any) -> tuple[int, int]:
+            own = self.hub_share is None or item.remote.path in self.hub_share
+            return (0 if own else 1, rank[item.remote.path])
+        return sorted(items, key=key)
+
+    def placed(self, item: Any) -> None:
+        """``item`` is verified and in place: this host serves it from now on, and says so in its status."""
+        if self.publish is not None:
+            self.publish([(item.remote.path, item.remote.size)])
 
     def dropped(self) -> list[dict[str, str]]:
         return self.book.dropped()

@@ -84,7 +84,11 @@ class Round(object):
 
     def run(self) -> float:
         """Returns the wait the servers asked for (Retry-After), 0 when none."""
-        for chunk in batches(list(self.t.pending.values()), self.t.aria2.parallel_files):
+        items = list(self.t.pending.values())
+        queue = getattr(self.t.source, "queue", None)
+        if queue is not None:
+            items = queue(items)  # a peer source's own order: its Hub share first, then its shuffled order
+        for chunk in batches(items, self.t.aria2.parallel_files):
             self._batch(chunk)
         return self.wait_hint
 

@@ -43,8 +43,11 @@ class RunApply(object):
 
     def __init__(self, settings: Settings, *, listing: RunListing, results: _run_result.RunResult,
                  peers: list[_peers.Peer] | None, hub_share: set[str] | None, aria2c_path: str | None,
-                 check_mode: bool, log: Callable[[str], None], warn: Callable[[str], None], timings: Timings) -> None:
+                 check_mode: bool, log: Callable[[str], None], warn: Callable[[str], None], timings: Timings,
+                 publish: Callable[[Sequence[tuple[str, int]]], None] | None = None) -> None:
         self.settings = settings
+        # with peers: lists files in this host's peer-status as they are in place (they are served already)
+        self.publish = publish
         self.dest = settings.dest
         self.staging = _staging.staging_dir(settings.dest)
         self.listing = listing
@@ -150,7 +153,8 @@ class RunApply(object):
             source = _peers.PeerSource(self.peers, token=s.peer_token, hub=source, hub_share=self.hub_share,
                                        private=s.peer_private, repo_id=s.repo_id,
                                        wait_timeout=s.peer_wait_timeout, timeout=s.timeout, log=self.log,
-                                       opener=_peers.peer_opener(s.validate_certs, s.ca_path), retry_wait=s.retry_wait)
+                                       opener=_peers.peer_opener(s.validate_certs, s.ca_path), retry_wait=s.retry_wait,
+                                       publish=self.publish, seed=s.peer_name)
         aria2 = _aria2.Aria2Settings(
             aria2c=self.aria2c_path, connections=s.connections, splits=s.splits, parallel_files=s.parallel_files,
             min_split_size=s.min_split_size, timeout=s.timeout, retry_wait=s.retry_wait,
@@ -163,6 +167,9 @@ class RunApply(object):
         """Link, fetch, record the manifest; the result, or SnapshotError naming each failed file."""
         self._link_or_fetch(items)
         fetching = [item for item in items if item.action == "fetch"]
+        if self.publish is not None:
+            # what is in place already (present, linked) is served at once: the peers may take it now
+            self.publish([(item.remote.path, item.remote.size) for item in items if item.action != "fetch"])
         self.results.duplicates = _run_result.same_bytes(fetching)
         progress = Progress(self.dest, staging=self.staging, repo_id=self.settings.repo_id, commit=self.commit,
                             items=list(_plan.unique_fetches(fetching).values()))

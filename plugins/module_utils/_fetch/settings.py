@@ -77,6 +77,8 @@ def argument_spec() -> dict[str, dict[str, Any]]:
         listing_token_required=dict(type="bool", default=False),
         # Issue 21 item 5c: the id of this run's peer exchange, carried by every peer-status it writes
         peer_run=dict(type="str"),
+        # Issue 23: this host's name among the peers' (the model role: inventory_hostname); seeds its order
+        peer_name=dict(type="str"),
     )
 
 
@@ -119,6 +121,7 @@ class Settings:
     peer_private: bool
     listing_token_required: bool
     peer_run: str | None
+    peer_name: str | None
     # What the manifest records and messages name: endpoint, else HF_ENDPOINT, else the public Hub.
     endpoint_url: str
 

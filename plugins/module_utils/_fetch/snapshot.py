@@ -168,11 +168,20 @@ class Run(object):
         # hub_share's default: everything for a fleet of one (or no peers option), nothing with peers
         self.hub_share = (set(settings.hub_share) if settings.hub_share is not None
                           else (set() if self.peers else None))
+        # {path: size} of the files in place that this run's peer-status lists (its peer server serves them)
+        self.held: dict[str, int] = {}
 
     def _status(self, state: str, failed: Sequence[str] = ()) -> None:
         """The peer-status file the other hosts read; written only when this run fetches with peers."""
         if self.peers is not None and not self.check_mode and not self.resolve_only:
-            _peers.write_status(self.dest, state, failed, run=self.settings.peer_run)
+            _peers.write_status(self.dest, state, failed, run=self.settings.peer_run, held=self.held)
+
+    def _publish(self, files: Sequence[tuple[str, int]]) -> None:
+        """Files now in place and verified: listed in the peer-status at once (the status rewritten atomically)."""
+        fresh = {path: size for path, size in files if self.held.get(path) != size}
+        if fresh:
+            self.held.update(fresh)
+            self._status("fetching")
 
     def go(self) -> dict[str, Any]:
         if self.resolve_only:
@@ -183,13 +192,15 @@ class Run(object):
         _staging.check_room(self.dest)
         manifest = offline_manifest(self.settings)
         if manifest is not None:
+            self.held.update((rel, record["size"]) for rel, record in manifest["files"].items())
             self._status("done")
             return self._offline(manifest)
         items = self.listing.items(self.dest, whole=False)
         self.listing.refuse_private_over_peers(items, self.peers)
         apply = RunApply(self.settings, listing=self.listing, results=self.results, peers=self.peers,
                          hub_share=self.hub_share, aria2c_path=self.aria2c_path, check_mode=self.check_mode,
-                         log=self.log, warn=self.warn, timings=self.timings)
+                         log=self.log, warn=self.warn, timings=self.timings,
+                         publish=self._publish if self.peers is not None else None)
         if self.check_mode:
             return apply.apply(items)
         # dest only after the listing passed its checks (an untrusted answer touches nothing). The
@@ -208,6 +219,7 @@ class Run(object):
                 except BaseException:
                     self._status("failed")
                     raise
+                self.held.update((item.remote.path, item.remote.size) for item in items)
                 self._status("done")
         except _manifest.LockTimeout as exc:
             raise SnapshotError(str(exc))

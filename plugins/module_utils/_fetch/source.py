@@ -19,7 +19,8 @@ A source (``transfer.HubSource``, ``peers.PeerSource``) is any object with
   endpoint serves, with its credentials), raising SourceError; called from several threads at once
   (``direct``: up to ``parallel_files`` direct files, while the batch's aria2c runs);
 - ``pause()`` when it answered ``wait`` for some files (their owner still fetches them), and optionally
-  ``dropped()``, the peers it stopped using, for the result.
+  ``dropped()``, the peers it stopped using, for the result, and ``placed(item)``, told once a file is
+  verified and in place (a peer source lists it in this host's peer-status).
 """
 
 from __future__ import annotations

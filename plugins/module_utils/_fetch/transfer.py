@@ -15,7 +15,7 @@ it; fetch with one aria2c per batch, then settle each file by aria2's outcome. A
 retried in the next round with a fresh URL, after a backoff that honours the servers' Retry-After.
 
 A source is what ``source`` describes (``resolve``, ``download``, and optionally ``settled``,
-``credited``, ``pause``, ``dropped``). ``HubSource`` is the Hub's ``/resolve/`` endpoint;
+``credited``, ``pause``, ``dropped``, ``placed``). ``HubSource`` is the Hub's ``/resolve/`` endpoint;
 ``peers.PeerSource`` the other hosts of a fleet, the Hub last. Each file is hashed once, in a thread
 pool, as soon as aria2's log says it is complete, while the other files still download.
 
@@ -252,6 +252,9 @@ class Transfer(object):
         self.errors.pop(item.remote.path, None)
         self.partial_from.pop(item.key, None)
         self.inherited.discard(item.key)
+        on_placed = getattr(self.source, "placed", None)
+        if on_placed is not None:
+            on_placed(item)  # a peer source lists it in this host's peer-status: served from now on
 
     def _take_leftovers(self) -> None:
         # Before every round: what an earlier (possibly killed) aria2 left must not be taken on trust.

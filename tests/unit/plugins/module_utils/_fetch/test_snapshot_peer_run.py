@@ -53,7 +53,7 @@ def test_a_peer_whose_stage_never_started_is_gone_at_once(lab_hub, seed, peers, 
     assert [d["name"] for d in res["peers_dropped"]] == ["gpu2"]
     assert "never started" in res["peers_dropped"][0]["reason"] and RUN in res["peers_dropped"][0]["reason"]
     assert [e["status"] for e in _status_reads(owner)] == [404]  # gone at the first read, not waited for
-    assert status_of(dest) == {"state": "done", "failed": [], "run": RUN}
+    assert status_of(dest) == {"state": "done", "failed": [], "run": RUN, "held": {SHARDS[0]: shard[0]["size"]}}
 
 
 def test_a_peer_holding_another_runs_status_is_gone_at_once(lab_hub, seed, peers, tmp_path):
@@ -77,15 +77,17 @@ def test_a_peer_holding_another_runs_status_is_gone_at_once(lab_hub, seed, peers
 
 def test_a_peer_that_claimed_this_run_is_waited_for(lab_hub, seed, peers, tmp_path):
     """"started" of this run: its fetch is about to write "fetching"; its share is waited for, not taken
-    from the Hub (the file appears after the first miss)."""
+    from the Hub (the owner places the file and lists it in its status right after the first read)."""
     commit, listing, seed_dir = seed
     shard = [e for e in listing if e["path"] == SHARDS[0]]
-    hold = tmp_path / "unpublished"
-    hold.mkdir()
-    os.link(seed_dir / SHARDS[0], hold / SHARDS[0])
-    owner = peers("gpu2", [], seed_dir, "127.0.0.3", publish_on_miss={SHARDS[0]: str(hold / SHARDS[0])})
+    owner = peers("gpu2", [], seed_dir, "127.0.0.3")
     _claim.claim_status(owner.root, RUN)
     assert status_of(owner.root) == {"state": "started", "failed": [], "run": RUN}
+
+    def place():
+        os.link(seed_dir / SHARDS[0], os.path.join(owner.root, SHARDS[0]))
+        _peers.write_status(owner.root, "fetching", run=RUN, held={SHARDS[0]: shard[0]["size"]})
+    owner.on_status_read = place
     res = run(lab_hub, tmp_path / "d", **peer_args(commit, shard, ("gpu2", owner), shares={"gpu2": [SHARDS[0]]},
                                                    hub_share=[], peer_wait_timeout=HUGE, peer_run=RUN))
     assert [r["source"] for r in res["files"]] == ["peer:gpu2"] and res["peers_dropped"] == []

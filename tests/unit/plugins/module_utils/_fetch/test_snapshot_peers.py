@@ -28,8 +28,9 @@ TARGET = "gpufleet-lab/Kimi-K2.6-mini"
 
 
 def run(lab, dest, **params):
+    # peer_name: this host's order of the peers is the same on every machine (default: its host name)
     base = dict(repo_id=TARGET, revision="main", dest=str(dest), endpoint=lab.api, min_free_bytes=0,
-                retry_wait=0, connections=4, splits=4, min_split_size="1M")
+                retry_wait=0, connections=4, splits=4, min_split_size="1M", peer_name="gpu1")
     base.update(params)
     return _snapshot.snapshot(base)
 
@@ -233,7 +234,8 @@ def test_all_files_from_peers_no_hub_byte_token_never_on_argv(lab_hub, seed, pee
     assert {r["source"] for r in res["files"]} <= {"peer:gpu2", "peer:gpu3"}
     assert hub_files(lab_hub, listing) == set()  # the Hub's own log: not one body
     assert_tree_verified(dest, listing)
-    assert status_of(dest) == {"state": "done", "failed": []}
+    # done, listing every file it holds (its peer server serves them)
+    assert status_of(dest) == {"state": "done", "failed": [], "held": {e["path"]: e["size"] for e in listing}}
     # the token went to the peers (every request carried it) and nowhere else
     assert all(e["auth_ok"] for e in one.log + two.log)
     assert argvs and not any(PEER_TOKEN in arg for argv in argvs for arg in argv)
@@ -267,6 +269,11 @@ def test_own_share_from_the_hub_the_rest_once_its_owner_publishes(lab_hub, seed,
     assert_tree_verified(dest, listing)
 
 
+# this host's name (peer_name) seeds its order of the peers: with BAD_FIRST the corrupt peer is the first
+# mirror, as the scenarios below need (aria2 may take every byte from the first URI)
+BAD_FIRST = "gpu1"
+
+
 def test_corrupting_peer_is_dropped_and_nothing_bad_lands(lab_hub, seed, peers, tmp_path):
     commit, listing, seed_dir = seed
     shard = [e for e in listing if e["path"] == SHARDS[0]]
@@ -275,7 +282,8 @@ def test_corrupting_peer_is_dropped_and_nothing_bad_lands(lab_hub, seed, peers, 
     for server in (bad, good):
         server.status("done")
     dest = tmp_path / "d"
-    res = run(lab_hub, dest, **peer_args(commit, shard, ("bad", bad), ("good", good), hub_share=[]))
+    assert _peerbook.shuffled(["bad", "good"], BAD_FIRST) == ["bad", "good"]
+    res = run(lab_hub, dest, peer_name=BAD_FIRST, **peer_args(commit, shard, ("bad", bad), ("good", good), hub_share=[]))
     assert [r["source"] for r in res["files"]] == ["peer:good"]
     assert [d["name"] for d in res["peers_dropped"]] == ["bad"] and "hash" in res["peers_dropped"][0]["reason"]
     assert hub_files(lab_hub, listing) == set()
@@ -331,7 +339,7 @@ def test_no_hub_access_and_no_peer_fails_clearly(lab_hub, seed, peers, tmp_path)
         run(lab_hub, dest, **peer_args(commit, shard, ("gpu2", owner), shares={"gpu2": [SHARDS[0]]}, hub=False))
     assert "no Hub access" in err.value.msg and SHARDS[0] in err.value.msg
     assert PEER_TOKEN not in err.value.msg and not scan_for(dest, PEER_TOKEN)
-    assert status_of(dest) == {"state": "failed", "failed": [SHARDS[0]]}
+    assert status_of(dest) == {"state": "failed", "failed": [SHARDS[0]], "held": {}}
     assert lab_hub.log() == [] and not os.path.exists(dest / SHARDS[0])
 
 
@@ -355,8 +363,9 @@ class _Item(object):
 
 def _source(*names):
     peers = [_peers.Peer(name=n, url="http://10.0.0.%d:8370/m/c/" % i, share=frozenset()) for i, n in enumerate(names, 1)]
+    # seed: this host's name, whose shuffled order puts a before b (the mirror order's tie-break)
     return _peers.PeerSource(peers, token=PEER_TOKEN, hub=None, hub_share=set(), wait_timeout=0, timeout=1,
-                             opener=None, log=lambda msg: None), peers
+                             opener=None, log=lambda msg: None, seed="gpu0"), peers
 
 
 def test_a_multi_peer_mismatch_goes_one_peer_at_a_time_to_find_the_bad_one():
@@ -367,10 +376,12 @@ def test_a_multi_peer_mismatch_goes_one_peer_at_a_time_to_find_the_bad_one():
     # True: a peer is to blame, the transfer counts no try for this round (review finding 4)
     assert source.settled(item, res, uri_errors={}, mismatch=True) is True
     assert source.dropped() == []  # which one lied is not known yet
+    # one peer at a time, in this host's shuffled order: a first
     first = source._to_peers(item, peers)  # pylint: disable=protected-access
     assert first.mirrors == () and first.origin == "peer:a"
     assert source.settled(item, first, uri_errors={}, mismatch=True) is True
     assert [d["name"] for d in source.dropped()] == ["a"]
+    # the bad one found, the file goes to all its (remaining) holders again
     second = source._to_peers(item, [p for p in peers if p.dropped is None])  # pylint: disable=protected-access
     assert second.origin == "peer:b" and second.mirrors == ()
 
@@ -576,7 +587,7 @@ def test_a_dropped_peers_partial_bytes_are_discarded_and_the_honest_peer_is_not_
     logs = []
     params = dict(repo_id=TARGET, dest=str(dest), endpoint=lab_hub.api, min_free_bytes=0, retry_wait=0, connections=4,
                   splits=4, min_split_size="1M", max_tries=1)
-    params.update(peer_args(commit, shard, ("bad", bad), ("good", good), hub_share=[]))
+    params.update(peer_args(commit, shard, ("bad", bad), ("good", good), hub_share=[], peer_name=BAD_FIRST))
     res = _snapshot.snapshot(params, log=logs.append)
     assert [d["name"] for d in res["peers_dropped"]] == ["bad"]
     assert not [line for line in logs if "good" in line and "dropped" in line]
@@ -685,7 +696,8 @@ def test_a_head_answered_503_is_asked_again_with_a_growing_backoff(seed, peers):
     item = _Item(SHARDS[0], size=entry["size"])
     assert source.book.holders([item]) == {SHARDS[0]: peer_list}
     assert waits == [1.0, 2.0] and source.dropped() == []
-    assert busy.requests == 3 and busy.failures_left == 0
+    # its status read (404: no status, so no list of what it holds), then the HEAD and its two retries
+    assert busy.requests == 4 and busy.failures_left == 0
 
 
 def test_a_head_that_stays_503_drops_the_peer_after_its_retries(seed, peers):
@@ -695,7 +707,7 @@ def test_a_head_that_stays_503_drops_the_peer_after_its_retries(seed, peers):
                  fail_first={"status": 503, "count": 10 ** 6, "methods": ("HEAD",)})
     source, peer_list, waits = _live_source([("gpu2", busy)])
     assert source.book.holders([_Item(SHARDS[0], size=entry["size"])]) == {SHARDS[0]: []}
-    assert waits == [1.0, 2.0, 4.0] and busy.requests == _peerbook.PEER_RETRIES + 1
+    assert waits == [1.0, 2.0, 4.0] and busy.requests == 1 + _peerbook.PEER_RETRIES + 1
     assert source.dropped() == [{"name": "gpu2", "reason": "HEAD %s: HTTP 503 (4 tries)" % SHARDS[0]}]
 
 
@@ -707,8 +719,9 @@ def test_a_peer_refusing_the_runs_token_is_dropped_at_once(seed, peers):
     stale.token = "the token of an earlier run"
     source, peer_list, waits = _live_source([("gpu2", stale)])
     assert source.book.holders([_Item(SHARDS[0], size=entry["size"])]) == {SHARDS[0]: []}
+    # the first request (its status) is refused: dropped there, no HEAD sent
     assert waits == [] and stale.requests == 1
-    assert source.dropped() == [{"name": "gpu2", "reason": "HEAD %s: HTTP 401" % SHARDS[0]}]
+    assert source.dropped() == [{"name": "gpu2", "reason": "peer-status: HTTP 401"}]
 
 
 def test_a_status_read_answered_503_is_asked_again(seed, peers):
