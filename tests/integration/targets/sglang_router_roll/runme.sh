@@ -73,13 +73,14 @@ expect_in() { grep -qE -- "$2" "$1" || { sed -n '/fatal\|FAILED\|msg/p' "$1" | t
 # (ssh under load) is asked again, up to 3 times, so that a lost answer never reads as a restart, and
 # a MainPID of 0 (not running) is an error, not a pid.
 pids() {
-    local raw out try
-    for try in 1 2 3; do
-        raw=$(ansible gpu_nodes -i "$INV" -m ansible.builtin.command -a "systemctl show -p MainPID --value sglang-rtest.service" 2>&1) || true
+    local raw out _
+    for _ in 1 2 3; do
+        raw=$(ansible gpu_nodes -i "$INV" -m ansible.builtin.command -a "systemctl show -p MainPID --value sglang-rtest.service" 2>"$LAB_TMP/pids.err") || true
         out=$(awk '/ \| [A-Z]+ \| rc=[0-9]+ >>$/ { host = $1; next } host { print host, $1; host = "" }' <<<"$raw" | sort)
         if [ "$(awk '$2 ~ /^[1-9][0-9]*$/' <<<"$out" | wc -l)" -eq 4 ]; then echo "$out"; return 0; fi
     done
     printf 'pids: not every server answered with a running main pid (3 tries):\n%s\n' "$raw" >&2
+    tail -20 "$LAB_TMP/pids.err" >&2
     return 1
 }
 # same_pids LABEL BEFORE [EXCEPT]: the servers' pids now are BEFORE (hosts matching EXCEPT left out);
