@@ -101,6 +101,8 @@ options:
       - O(state=absent) only. After the removal, wait until the worker's C(GET /v1/loads) at O(drain_url) reports 0
         running and 0 waiting requests (summed over its data-parallel ranks) on two polls a second apart.
       - A server that refuses the connection (not running) holds no request and counts as drained, with a warning.
+      - A router of O(routers) that does not list the worker is named in a warning (it routes nothing to it, so
+        there is nothing to take out of it; the router dropped it, or it was never added).
       - Ignored, with a warning, for O(state=present). Check mode does not wait.
     type: bool
     default: false

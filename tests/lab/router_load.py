@@ -42,6 +42,7 @@ Usage:
                      (the router's API key from the environment variable ROUTER_LOAD_API_KEY, never argv)
   router_load.py check --summary summary.json --log WORKER_URL=PATH ... [--out check.json]
   router_load.py workers --router URL [--expect URL ... [--wait S]]
+  router_load.py watch --router URL --out changes.jsonl --stop-file PATH [--interval 0.5]
 
 Standard library only (plus the collection's _sglang/chat.py).
 """
@@ -458,8 +459,9 @@ def cmd_check(args):
     return 0
 
 
-def list_workers(target, api_key):
-    """The router's GET /workers as {url: is_healthy}; raises OSError/ValueError when it does not answer."""
+def list_entries(target, api_key):
+    """The router's GET /workers entries as {url: [[id, is_healthy], ...]}: the id shows a re-add, and a URL
+    the router lists twice has two entries."""
     conn = target.connection(10.0)
     try:
         headers = {"Authorization": "Bearer %s" % api_key} if api_key else {}
@@ -468,11 +470,36 @@ def list_workers(target, api_key):
         body = resp.read()
         if resp.status != 200:
             raise ValueError("GET /workers answered %d" % resp.status)
-        return {w["url"]: bool(w.get("is_healthy")) for w in json.loads(body.decode("utf-8")).get("workers") or []}
+        out = {}
+        for w in json.loads(body.decode("utf-8")).get("workers") or []:
+            out.setdefault(w["url"], []).append([w.get("id"), bool(w.get("is_healthy"))])
+        return out
     except http.client.HTTPException as exc:
         raise OSError(str(exc))
     finally:
         conn.close()
+
+
+def cmd_watch(args):
+    """A diagnostic journal of the router's /workers: one JSON line per change (time, entries by URL with
+    their id and health, or the error), until the stop file appears. Bounded by --max-polls."""
+    api_key = os.environ.get(API_KEY_ENV) or None
+    target = Target(args.router)
+    last = object()
+    with open(args.out, "a", encoding="utf-8") as out:
+        for _ in range(args.max_polls):
+            try:
+                now = {"workers": list_entries(target, api_key)}
+            except (OSError, ValueError) as exc:
+                now = {"error": _mask(exc, api_key)}
+            if now != last:
+                out.write(json.dumps(dict(now, t=round(time.time(), 3)), sort_keys=True) + "\n")
+                out.flush()
+                last = now
+            if os.path.exists(args.stop_file):
+                return 0
+            time.sleep(args.interval)
+    return 0
 
 
 def cmd_workers(args):
@@ -484,12 +511,16 @@ def cmd_workers(args):
     deadline = time.monotonic() + args.wait
     while True:
         try:
-            workers = list_workers(target, api_key)
+            entries = list_entries(target, api_key)
+            workers = {url: all(healthy for _, healthy in pairs) for url, pairs in entries.items()}
             problem = None
         except (OSError, ValueError) as exc:
-            workers, problem = {}, _mask(exc, api_key)
+            entries, workers, problem = {}, {}, _mask(exc, api_key)
         if problem is None and args.expect is not None:
-            if sorted(workers) != want:
+            twice = sorted(url for url, pairs in entries.items() if len(pairs) > 1)
+            if twice:
+                problem = "listed more than once: %s" % {url: entries[url] for url in twice}
+            elif sorted(workers) != want:
                 problem = "listed %s, expected %s" % (sorted(workers), want)
             elif not all(workers.values()):
                 problem = "not healthy: %s" % sorted(u for u, ok in workers.items() if not ok)
@@ -527,8 +558,14 @@ def main(argv=None):
     workers.add_argument("--router", required=True)
     workers.add_argument("--expect", nargs="*", help="worker URLs that must be listed, all healthy")
     workers.add_argument("--wait", type=float, default=0.0, help="seconds to wait for --expect to hold")
+    watch = sub.add_parser("watch", help="journal each change of the router's GET /workers until the stop file")
+    watch.add_argument("--router", required=True)
+    watch.add_argument("--out", required=True, help="one JSON line per change (appended)")
+    watch.add_argument("--stop-file", required=True)
+    watch.add_argument("--interval", type=float, default=0.5)
+    watch.add_argument("--max-polls", type=int, default=20000, help="a bound, never reached by a test's run")
     args = parser.parse_args(argv)
-    return {"run": cmd_run, "check": cmd_check, "workers": cmd_workers}[args.cmd](args)
+    return {"run": cmd_run, "check": cmd_check, "workers": cmd_workers, "watch": cmd_watch}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -175,6 +175,13 @@ def _absent(client, opts, listings, check_mode, clock, sleep, warn):
             "others are healthy), or lower min_healthy (the role's sglang_router_min_healthy; 0 allows removing the last "
             "healthy worker, and the routers then answer 503 until it is back)" % (url, "; ".join(refusals)),
             **_merged(result, dict(changed=False, removed_from=[])))
+    missing = [r for r in opts["routers"] if r not in holding]
+    if missing and opts["drain"] and warn:
+        # the roll's call before a restart: a router that does not list the running server routes nothing
+        # to it, so the restart is safe there, but something other than the roll took it out (or never added it)
+        warn("%s is not listed by %s: nothing to take out of %s (the router dropped it, or it was never added); "
+             "the roll adds it back after its restart. See the router's journal (journalctl -u sglang-router)"
+             % (url, ", ".join(missing), "it" if len(missing) == 1 else "them"))
     if check_mode:
         return result
     done = []

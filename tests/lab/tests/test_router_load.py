@@ -260,6 +260,38 @@ def test_workers_expect(fake, monkeypatch, capsys):
     assert "401" in capsys.readouterr().err
 
 
+def test_workers_expect_fails_on_a_url_listed_twice(fake, monkeypatch, capsys):
+    """Two registrations of one URL (two ids) are two entries to the router: a {url: healthy} view would hide them."""
+    monkeypatch.setenv("ROUTER_LOAD_API_KEY", KEY)
+    FakeRouter.workers = ["http://w1:1", "http://w2:1", "http://w2:1"]
+    assert router_load.main(["workers", "--router", fake, "--expect", "http://w1:1", "http://w2:1"]) == 1
+    assert "listed more than once: {'http://w2:1': [['1', True], ['2', True]]}" in capsys.readouterr().err
+
+
+def test_watch_journals_each_change_until_the_stop_file(fake, monkeypatch, tmp_path):
+    """The watch writes a line when the listing changes (ids included), none while it stays.
+    Driven by the watch's own polls (FakeRouter.served), not by the clock."""
+    monkeypatch.setenv("ROUTER_LOAD_API_KEY", KEY)
+    out, stop = tmp_path / "watch.jsonl", tmp_path / "stop"
+    FakeRouter.workers = ["http://w1:1", "http://w2:1"]
+    proc = subprocess.Popen([sys.executable, router_load.__file__, "watch", "--router", fake, "--out", str(out),
+                             "--stop-file", str(stop), "--interval", "0.01"], env=dict(os.environ))
+    try:
+        ready.wait_until(lambda: FakeRouter.served.get(("http://w1:1", "http://w2:1"), 0) >= 3, alive=proc, timeout=60,
+                         what="3 polls of the first listing")
+        FakeRouter.workers = ["http://w1:1"]
+        ready.wait_until(lambda: FakeRouter.served.get(("http://w1:1",), 0) >= 3, alive=proc, timeout=60,
+                         what="3 polls of the second listing")
+        stop.touch()
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["workers"] for line in lines] == [
+        {"http://w1:1": [["0", True]], "http://w2:1": [["1", True]]}, {"http://w1:1": [["0", True]]}]
+    assert all(isinstance(line["t"], float) for line in lines)
+
+
 def test_failures_by_url():
     logs = {"http://a:1": [{"t": 1, "request_id": "p-0-0"}, {"t": 2, "request_id": "p-1-0"}, {"t": 3, "request_id": None}],
             "http://b:1": [{"t": 1, "request_id": "p-2-0"}]}

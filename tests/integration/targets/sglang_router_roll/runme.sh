@@ -93,6 +93,7 @@ same_pids() {
     ansible gpu_nodes -i "$INV" -m ansible.builtin.shell \
         -a "journalctl -u sglang-rtest.service --no-pager -o short-iso-precise | grep -E 'Started|Stopping|Main process|Failed with' | tail -6" 2>/dev/null || true
     sed -n '/RUNNING HANDLER\|fatal:\|TASK \[Halt/,+2p' "$OUT" | tail -60
+    router_diag
     echo "$1" >&2
     exit 1
 }
@@ -100,7 +101,27 @@ same_pids() {
 # The router's /workers, checked: every server listed once and healthy (waits, bounded, for a worker
 # the roll added back while the router still polls its /health).
 workers_ok() {
-    ROUTER_LOAD_API_KEY=$RKEY "${LOAD[@]}" workers --router "$ROUTER_URL" --expect "${WORKERS[@]}" --wait 120
+    ROUTER_LOAD_API_KEY=$RKEY "${LOAD[@]}" workers --router "$ROUTER_URL" --expect "${WORKERS[@]}" --wait 120 \
+        || { router_diag; exit 1; }
+}
+
+# A journal of the router's /workers from scenario 1 on (each change: time, url -> [id, healthy]), and the
+# router's own journal: shown when a check fails, so that a worker the router dropped or re-added shows when.
+WATCH_PID=
+watch_start() {
+    ROUTER_LOAD_API_KEY=$RKEY "${LOAD[@]}" watch --router "$ROUTER_URL" --out "$LAB_TMP/workers-watch.jsonl" \
+        --stop-file "$LAB_TMP/watch.stop" > "$LAB_TMP/watch.log" 2>&1 &
+    WATCH_PID=$!
+}
+watch_stop() { [ -z "$WATCH_PID" ] || { touch "$LAB_TMP/watch.stop"; wait "$WATCH_PID" || true; WATCH_PID=; }; }
+at_exit watch_stop
+router_diag() {
+    echo "-- the router's /workers, each change (last 12):" >&2
+    tail -12 "$LAB_TMP/workers-watch.jsonl" >&2 2>/dev/null || true
+    echo "-- the router's journal (last 40 lines):" >&2
+    ansible gpu1 -i "$INV" -m ansible.builtin.shell \
+        -a "journalctl -u sglang-router.service --no-pager -o short-iso-precise | tail -40" 2>/dev/null \
+        | sed -e "s/$SKEY/<sglang key>/g" -e "s/$RKEY/<router key>/g" >&2 || true
 }
 
 # load_start NAME: the load generator in the background; returns once every client had an ok request.
@@ -212,6 +233,7 @@ ansible-playbook -i "$INV" "$LAB_DIR/prepare-hosts.yml" >/dev/null
 echo "== 1. deploy v1.0 on 4 servers without a router, then the router on gpu1 (it registers them)"
 rplay some "$INVENTORY" gpufleet.llm.deploy -e gpufleet_serial=4
 rplay some "$INV" router.yml
+watch_start
 workers_ok
 P1=$(pids); echo "$P1"
 
@@ -282,7 +304,7 @@ must_fail gpufleet.llm.deploy -e rtest_revision=v1.0 -e gpufleet_serial=1 -e sgl
 expect_in "$OUT" 'sglang_router_min_healthy'
 # the refusal came before any restart: no restart handler ran on any server
 ! grep -q 'RUNNING HANDLER \[gpufleet.llm.sglang : Restart SGLang\]' "$OUT" \
-    || { sed -n '/RUNNING HANDLER/,+3p' "$OUT" | tail -40; echo "a server was restarted although the removal was refused" >&2; exit 1; }
+    || { grep -A3 'RUNNING HANDLER' "$OUT" | tail -40; router_diag; echo "a server was restarted although the removal was refused" >&2; exit 1; }
 same_pids "a refused removal restarted a server" "$P6"
 workers_ok
 

@@ -171,6 +171,23 @@ def test_drain_of_a_server_that_is_not_running(capsys, router_factory, fake_work
     assert "nothing to drain" in json.dumps(res["warnings"])
 
 
+def test_a_router_that_does_not_list_the_server_is_named_before_its_restart(capsys, router_factory, fake_worker_factory):
+    """The roll's call (drain) on a server one router lists and the other does not: it leaves the first,
+    and the warning names the second (which routes nothing to it, so the restart goes on)."""
+    listing, other = router_factory(), router_factory()
+    fake = fake_worker_factory()
+    assert run(capsys, _args([listing], fake.url))["changed"] is True
+    res = run(capsys, _args([listing, other], fake.url, state="absent", min_healthy=0, drain=True))
+    assert res["_rc"] == 0, res.get("msg")
+    assert res["removed_from"] == [listing.url] and res["drained"] is True
+    warnings = json.dumps(res.get("warnings", []))
+    assert "%s is not listed by %s: nothing to take out of it" % (fake.url, other.url) in warnings
+    assert "journalctl -u sglang-router" in warnings and listing.url not in warnings
+    # without drain (a plain removal, e.g. a re-run of state=absent) not being listed is the goal: no warning
+    again = run(capsys, _args([listing, other], fake.url, state="absent", min_healthy=0))
+    assert again["changed"] is False and "is not listed by" not in json.dumps(again.get("warnings", []))
+
+
 def test_drain_without_v1_loads_fails_with_the_fix(capsys, router_factory, fake_worker_factory):
     router = router_factory()
     fake = fake_worker_factory(loads_status=404)
