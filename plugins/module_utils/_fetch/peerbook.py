@@ -187,7 +187,7 @@ class PeerBook(object):
         self.timeout = timeout
         self.opener = opener
         self.log = log
-        self.places: dict[str, int] = {}  # path -> this host's place for it (place)
+        self.places: dict[str, list[Peer]] = {}  # path -> the peers placed before this host for it (place)
         self.asked: set[str] = set()  # peers whose status this look already read (once each per look)
         # the backoff of a passing fault: base seconds (doubled each retry) and the wait itself (tests: no clock)
         self.retry_wait = retry_wait
@@ -400,12 +400,13 @@ class PeerBook(object):
         return not (owner.dropped is not None or owner.state in ("done", "failed") or path in owner.failed)
 
     def place(self, path: str, me: str) -> int:
-        """This host's place (0: first) among the run's hosts (its peers and ``me``) for ``path``, by heir_rank:
-        the same order on every host, different from file to file. No request; computed once per file."""
+        """This host's place (0: first) for ``path`` among the run's hosts (its peers and ``me``) by heir_rank, the
+        same order on every host, different from file to file; peers dropped or failed do not count (they will
+        not fetch it: the live host placed first always may). No request; the ranking is computed once per file."""
         if path not in self.places:
             mine = heir_rank(path, me)
-            self.places[path] = sum(1 for p in self.peers if heir_rank(path, p.name) > mine)
-        return self.places[path]
+            self.places[path] = [p for p in self.peers if heir_rank(path, p.name) > mine]
+        return sum(1 for p in self.places[path] if p.dropped is None and p.state != "failed")
 
     def estimate(self, known: int) -> float:
         """How many peers hold a file ``known`` of the peers read so far hold: scaled up to the live peers not read

@@ -162,7 +162,9 @@ class PeerSource(object):
         to the peers it has not read yet: ``PeerBook.estimate``). A file held by few peers goes to
         a few hosts at a time, each at a good share of the holders' uplinks, and they serve it on once placed;
         all hosts at once would share the same uplinks and finish together, late, none serving it meanwhile."""
-        return self.name is None or self.book.place(path, self.name) < FANOUT * self.book.estimate(holders)
+        if self.name is None or self.clock() >= self.deadline:
+            return True  # no name to be placed by; or peer_wait_timeout passed: no more waiting for anyone
+        return self.book.place(path, self.name) < FANOUT * self.book.estimate(holders)
 
     def _heir_of(self, item: Any) -> bool:
         """Whether this host is the heir of ``item`` by what its book knows (no request): its queue takes it

@@ -182,3 +182,30 @@ def test_without_its_own_name_a_host_has_no_heirs_and_no_waves():
     assert source.name is None and source._first_wave("f", 0)
     [(dummy, res)] = source.resolve([_Item("f")])
     assert hub.asked == ["f"]  # its owner is gone: from the Hub at once, as before
+
+
+def test_peers_dropped_or_failed_are_not_counted_in_a_place_and_the_timeout_ends_the_waves():
+    """The hosts placed before this one for a file are all gone: it is placed first and takes the file
+    (otherwise nobody would); and once peer_wait_timeout passed nothing waits for a wave."""
+    count = 39
+    fake = FakePeers()
+    now = [0.0]
+    peers = [_peers.Peer(name="gpu%d" % i, url="http://10.0.0.%d:8370/m/c/" % i, hub=True, share=frozenset())
+             for i in range(1, count + 1)]
+    source = _peers.PeerSource(peers, token=TOKEN, hub=None, hub_share=set(), wait_timeout=100, timeout=60, opener=fake,
+                               log=lambda msg: None, sleep=lambda s: None, seed="gpu0", clock=lambda: now[0])
+    book = source.book
+    [late] = _paths_placed(book, "gpu0", low=2 * _peers.FANOUT, want=False)
+    assert not source._first_wave(late, 1)
+    before = [p for p in peers if _peerbook.heir_rank(late, p.name) > _peerbook.heir_rank(late, "gpu0")]
+    for n, peer in enumerate(before):
+        if n % 2:
+            peer.dropped = "gone"
+        else:
+            peer.state = "failed"
+    assert book.place(late, "gpu0") == 0 and source._first_wave(late, 1)
+    for peer in before:
+        peer.dropped, peer.state = None, "fetching"
+    assert not source._first_wave(late, 1)
+    now[0] = 100.0
+    assert source._first_wave(late, 1)
