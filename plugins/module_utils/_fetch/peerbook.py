@@ -180,7 +180,6 @@ class PeerBook(object):
         for rank, peer in enumerate(self.rotation):
             peer.rank = rank
         self.cursor = 0
-        self.reads = 0  # status reads of this look
         self.requests = 0  # control requests sent (status reads, HEADs), for the bench
         self.changed = False  # whether a status read showed something new (a state, a held file) since last asked
         self.peer_token = token
@@ -188,7 +187,7 @@ class PeerBook(object):
         self.opener = opener
         self.log = log
         self.places: dict[str, list[Peer]] = {}  # path -> the peers placed before this host for it (place)
-        self.asked: set[str] = set()  # peers whose status this look already read (once each per look)
+        self.asked: set[str] = set()  # peers whose status this look already read (once each, STATUS_READS at most)
         # the backoff of a passing fault: base seconds (doubled each retry) and the wait itself (tests: no clock)
         self.retry_wait = retry_wait
         self.sleep = sleep
@@ -315,9 +314,7 @@ class PeerBook(object):
                 if peer.dropped is None and not (peer.state == "done" and peer.held is not None):
                     picked.append(peer)
             live = picked
-        fresh = [p for p in live if p.name not in self.asked][:max(0, STATUS_READS - self.reads)]
-        self.asked.update(p.name for p in fresh)
-        self.reads += len(fresh)
+        fresh = self._booked(live)
         if len(fresh) == 1:
             self.refresh_status(fresh[0])
         elif fresh:
@@ -381,13 +378,16 @@ class PeerBook(object):
     def new_look(self) -> None:
         """A new look at the peers: each status is read again, once, when asked for (STATUS_READS at most)."""
         self.asked = set()
-        self.reads = 0
+
+    def _booked(self, peers: Sequence[Peer]) -> list[Peer]:
+        """Those of ``peers`` whose status this look has not read yet, within its STATUS_READS, booked as read."""
+        fresh = [p for p in peers if p.name not in self.asked][:max(0, STATUS_READS - len(self.asked))]
+        self.asked.update(p.name for p in fresh)
+        return fresh
 
     def look_at(self, peer: Peer) -> None:
         """``peer``'s status, read once per look; past STATUS_READS reads, what an earlier look read stands."""
-        if peer.name not in self.asked and self.reads < STATUS_READS:
-            self.asked.add(peer.name)
-            self.reads += 1
+        if self._booked([peer]):
             self.refresh_status(peer)
 
     def owner_may_publish(self, path: str) -> bool:
@@ -427,9 +427,9 @@ class PeerBook(object):
             best = max(able, key=lambda p: heir_rank(path, p.name), default=None)
             if best is None or heir_rank(path, me) > heir_rank(path, best.name):
                 return None
-            if not read or best.name in self.asked or self.reads >= STATUS_READS:
+            if not read or not self._booked([best]):
                 return best
-            self.look_at(best)
+            self.refresh_status(best)
 
     def hub_peers_busy(self) -> bool:
         """Whether a live peer with Hub access (its ``hub``; even one with an empty share, e.g. more

@@ -71,7 +71,8 @@ trap lab_run_at_exit EXIT
 # Registered first, so it runs last: each target's wall time in the integration log (make test's
 # budget is watched per target; the integration stage of tests/stages.sh lists them).
 # (GPUFLEET_TARGET_NAME: a target that runs another target's scripts, e.g. sglang_role_ranks)
-lab_took() { echo "== target ${GPUFLEET_TARGET_NAME:-$(basename "$TARGET_DIR")} took ${SECONDS} s"; }
+LAB_TARGET_NAME=${GPUFLEET_TARGET_NAME:-$(basename "$TARGET_DIR")}
+lab_took() { echo "== target $LAB_TARGET_NAME took ${SECONDS} s"; }
 at_exit lab_took
 
 LAB_TMP=$(mktemp -d)
@@ -79,7 +80,7 @@ at_exit rm -rf "$LAB_TMP"
 # GPUFLEET_LAB_KEEP=DIR: a copy of the target's temp directory (play outputs, load records) is kept in
 # DIR/<target> when it ends, for a look after a failure.
 lab_keep_tmp() {
-    local keep=$GPUFLEET_LAB_KEEP/${GPUFLEET_TARGET_NAME:-$(basename "$TARGET_DIR")}
+    local keep=$GPUFLEET_LAB_KEEP/$LAB_TARGET_NAME
     rm -rf "$keep" && mkdir -p "$keep" && cp -a "$LAB_TMP/." "$keep/" && echo "== kept $LAB_TMP in $keep"
 }
 [ -z "${GPUFLEET_LAB_KEEP:-}" ] || at_exit lab_keep_tmp
