@@ -10,12 +10,12 @@ simulated transport and a virtual clock; its docstring says what is left out) on
 4 host links (a site mirror; the acceptance runs) or at 10 Gb/s (the prediction for a site uplink, at 64
 hosts: the uplink sets the makespan there, and 256 hosts polling through ~470 s of virtual time take the
 simulation over 8 minutes).
-No lab needed: pure Python, a few minutes on 2 cores. Results: bench-results/scale.json, scale.md and
+No lab needed: pure Python; each 256-host run takes minutes (~9 on 2 cores busy with CI). Results: bench-results/scale.json, scale.md and
 scale.png (makespan and control requests against N).
 
 Acceptance (issue 23), 256 hosts against 16: control requests per host per round <= 1.5 x; Hub bytes
 <= 1.1 copies; makespan <= 1.5 x size / link; the busiest peer <= 2 x the mean bytes served; with 5%
-hung or 5% corrupt peers every host completes with nothing bad landed.
+hung or 5% corrupt peers every host completes with nothing bad landed, and with 5% hung peers Hub bytes <= 1.1 copies (their heirs).
 """
 
 from __future__ import annotations
@@ -81,6 +81,9 @@ def acceptance(runs):
                                             "met": big["makespan_over_size_per_link"] <= 1.5},
         "max_bytes_served_over_mean_256": {"value": big["max_bytes_served_over_mean"], "goal": "<= 2",
                                            "met": big["max_bytes_served_over_mean"] <= 2},
+        # issue 23's follow-up: a hung owner's files come from the Hub once (their heir), not once per host
+        "hub_bytes_over_copy_256_hung5": {"value": by["n256-hung5"]["hub_bytes_over_copy"] if "n256-hung5" in by else None,
+                                          "goal": "<= 1.1", "met": by.get("n256-hung5", {}).get("hub_bytes_over_copy", 99) <= 1.1},
         "faults_complete_nothing_bad": {"value": [(r["label"], r["completed"], r["bad_landed"]) for r in faults],
                                         "goal": "every host completes, 0 bad", "met": all(
                                             r["completed"] == r["hosts"] and r["bad_landed"] == 0 for r in faults)},

@@ -151,6 +151,12 @@ def shuffled(names: Sequence[str], seed: str) -> list[str]:
     return out
 
 
+def heir_rank(path: str, name: str) -> int:
+    """A host's rank for fetching ``path`` from the Hub when its owner is gone (highest first): a hash of
+    both, so the files of a gone owner spread over the hosts, and every host computes the same."""
+    return int.from_bytes(hashlib.sha256(("%s\0%s" % (path, name)).encode("utf-8")).digest()[:8], "big")
+
+
 def parse_held(raw: Any) -> dict | None:
     """A status' ``held`` ({path: size}) checked, None when absent; ValueError when it is no such map."""
     if raw is None:
@@ -180,6 +186,7 @@ class PeerBook(object):
         self.timeout = timeout
         self.opener = opener
         self.log = log
+        self.places: dict[str, list[Peer]] = {}  # path -> the peers placed before this host for it (place)
         self.asked: set[str] = set()  # peers whose status this look already read (once each, STATUS_READS at most)
         # the backoff of a passing fault: base seconds (doubled each retry) and the wait itself (tests: no clock)
         self.retry_wait = retry_wait
@@ -345,9 +352,18 @@ class PeerBook(object):
                 found[path].append(peer)
         return found
 
+    def known_holders(self, path: str, size: int) -> list[Peer]:
+        """The live peers that hold ``path`` (with the listing's size) by the status lists read so far: no request."""
+        return [p for p in self.peers if p.dropped is None and p.held is not None and p.held.get(path) == size]
+
     def order(self, holding: Sequence[Peer]) -> list[Peer]:
         """Mirrors for one file: the peers this host asked least so far first, then in its shuffled order."""
         return sorted(holding, key=lambda p: (p.asked_for, p.rank))
+
+    def orphaned(self, path: str) -> bool:
+        """Whether the owner of ``path`` is known gone or done without it (no request: what was read so far)."""
+        owner = self.owner(path)
+        return owner is not None and (owner.dropped is not None or owner.state in ("done", "failed") or path in owner.failed)
 
     def owner(self, path: str) -> Peer | None:
         for peer in self.peers:
@@ -382,6 +398,38 @@ class PeerBook(object):
             return False
         self.look_at(owner)
         return not (owner.dropped is not None or owner.state in ("done", "failed") or path in owner.failed)
+
+    def place(self, path: str, me: str) -> int:
+        """This host's place (0: first) for ``path`` among the run's hosts (its peers and ``me``) by heir_rank, the
+        same order on every host, different from file to file; peers dropped or failed do not count (they will
+        not fetch it: the live host placed first always may). No request; the ranking is computed once per file."""
+        if path not in self.places:
+            mine = heir_rank(path, me)
+            self.places[path] = [p for p in self.peers if heir_rank(path, p.name) > mine]
+        return sum(1 for p in self.places[path] if p.dropped is None and p.state != "failed")
+
+    def estimate(self, known: int) -> float:
+        """How many peers hold a file ``known`` of the peers read so far hold: scaled up to the live peers not read
+        yet (past STATUS_READS a host has read only some of them; the rotation samples them evenly)."""
+        live = [p for p in self.peers if p.dropped is None]
+        read = sum(1 for p in live if p.held is not None)
+        return known * len(live) / read if read else float(known)
+
+    def heir(self, path: str, me: str, *, read: bool = True) -> Peer | None:
+        """Who fetches ``path`` from the Hub now that its owner will not publish it: of this host (``me``) and
+        the live peers with Hub access that may still fetch it (not failed, not done: a done peer that held
+        it would be a holder), the one ranked first by ``heir_rank`` (the same ranking on every host, so they
+        agree but for peers one of them dropped already). None: this host. The peer chosen is read in this
+        look (once; not with ``read`` False): found hung, failed or done, the next one is chosen."""
+        while True:
+            able = [p for p in self.peers if p.hub and p.dropped is None and p.state not in ("done", "failed")
+                    and path not in p.failed]
+            best = max(able, key=lambda p: heir_rank(path, p.name), default=None)
+            if best is None or heir_rank(path, me) > heir_rank(path, best.name):
+                return None
+            if not read or not self._booked([best]):
+                return best
+            self.refresh_status(best)
 
     def hub_peers_busy(self) -> bool:
         """Whether a live peer with Hub access (its ``hub``; even one with an empty share, e.g. more

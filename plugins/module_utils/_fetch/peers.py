@@ -50,6 +50,14 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.source import 
 # not hammered; back to POLL_PAUSE once a look shows something. Nothing waits on its exact length.
 POLL_PAUSE = 1.0
 POLL_PAUSE_MAX = 4.0
+# A peer source's batch takes this many times parallel_files large files: aria2 runs parallel_files of
+# them at once (--max-concurrent-downloads) and starts the next as one completes, so a file held by few
+# peers no longer holds the host's link idle until the batch's slowest file is done. Peer URLs do not
+# expire (the Hub's signed ones would: a HubSource's batches stay parallel_files).
+PEER_BATCH_SCALE = 3
+# Hosts that may take a file at once per peer holding it (_first_wave): each of a holder's downloads then
+# gets at least 1/FANOUT of its uplink, and the swarm of a file multiplies by up to FANOUT + 1 per copy.
+FANOUT = 8
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,100}$")
 
 
@@ -112,6 +120,8 @@ class PeerSource(object):
     decides here is where each file comes from this round, and what a failure costs.
     """
 
+    batch_scale = PEER_BATCH_SCALE  # rounds.next_batch: large files per batch, in parallel_files
+
     def __init__(self, peers: Sequence[Peer], *, token: str, hub: Any, hub_share: set[str] | None, wait_timeout: float,
                  timeout: float, opener: Any, log: Callable[[str], None], retry_wait: float = 1.0,
                  sleep: Callable[[float], Any] = time.sleep, private: bool = False, repo_id: str = "",
@@ -123,6 +133,9 @@ class PeerSource(object):
                              sleep=sleep, seed=socket.gethostname() if seed is None else seed)
         self.clock = clock
         self.publish = publish
+        # this host's name among the peers' (hf_snapshot's peer_name): without it, no heirs (a gone owner's
+        # files come from the Hub at once, on every host that needs them)
+        self.name = seed
         self.poll_wait = POLL_PAUSE
         self.peer_token = token  # the peers' token, for masking in progress messages
         self.hub = hub
@@ -143,7 +156,34 @@ class PeerSource(object):
             return "hub"
         return "timeout" if self.clock() >= self.deadline else "wait"
 
+    def _first_wave(self, path: str, holders: int) -> bool:
+        """Whether this host takes ``path`` from the ``holders`` it knows now: its place in the file's ranking of
+        the hosts (``PeerBook.place``, the same on every host) is below FANOUT per holder (those it knows, scaled
+        to the peers it has not read yet: ``PeerBook.estimate``). A file held by few peers goes to
+        a few hosts at a time, each at a good share of the holders' uplinks, and they serve it on once placed;
+        all hosts at once would share the same uplinks and finish together, late, none serving it meanwhile."""
+        if self.name is None or self.clock() >= self.deadline:
+            return True  # no name to be placed by; or peer_wait_timeout passed: no more waiting for anyone
+        return self.book.place(path, self.name) < FANOUT * self.book.estimate(holders)
+
+    def _heir_of(self, item: Any) -> bool:
+        """Whether this host is the heir of ``item`` by what its book knows (no request): its queue takes it
+        first, as its own share, since the other hosts wait for it."""
+        path = item.remote.path
+        return (self.hub is not None and self.name is not None and self.book.orphaned(path)
+                and not self.book.known_holders(path, item.remote.size) and self.book.heir(path, self.name, read=False) is None)
+
+    def _heir_verdict(self, item: Any) -> str:
+        """Its owner will not publish ``item``: ``hub`` when this host is its heir (``PeerBook.heir``: one host
+        per file fetches it from the Hub, so a gone owner costs one more Hub copy of its share, not one per
+        host), else ``wait`` for the heir to publish it (``hub`` once peer_wait_timeout passed)."""
+        if self.book.heir(item.remote.path, self.name) is None:
+            return "hub"
+        return "hub" if self.clock() >= self.deadline else "wait"
+
     def _to_peers(self, item: Any, holding: list[Peer]) -> Resolution:
+        if not self._first_wave(item.remote.path, len(holding)):
+            return Resolution(None, wait=True)  # its holders serve the hosts placed before this one first
         if item.key in self.solo:
             # a mismatch from several peers at once: one peer at a time finds the bad one
             tried = self.tried.setdefault(item.key, set())
@@ -193,8 +233,16 @@ class PeerSource(object):
                 if holding:
                     out.append((item, self._to_peers(item, holding)))
                     continue
+            if verdict == "hub" and not own and self.hub is not None and self.name is not None:
+                verdict = self._heir_verdict(item)
+                holding = self.book.known_holders(path, item.remote.size) if verdict == "wait" else []
+                if holding:
+                    out.append((item, self._to_peers(item, holding)))
+                    continue
             if verdict == "wait":
-                out.append((item, Resolution(None, wait=True)))
+                # the verdict read the owner's status: a file it placed since this look's survey goes now
+                holding = self.book.known_holders(path, item.remote.size)
+                out.append((item, self._to_peers(item, holding) if holding else Resolution(None, wait=True)))
             elif self.hub is None and verdict == "hub" and self.book.hub_peers_busy():
                 # its owner will not publish it, but a host with Hub access that still fetches takes
                 # it from the Hub for itself and then publishes it: wait for that, not fail now
@@ -270,12 +318,16 @@ class PeerSource(object):
 
     def queue(self, items: Sequence[Any]) -> list[Any]:
         """The order this host fetches ``items`` in: its own Hub share first (the others wait for it), then the
-        rest in this host's shuffled order (seeded by its name), so hosts do not all want the same file first."""
+        files a live peer holds by what the book knows (no request: its earlier looks), then the rest; each
+        part in this host's shuffled order (seeded by its name), so hosts do not all want the same file
+        first, and a batch is not spent on files that only wait while others could download."""
         rank = {path: n for n, path in enumerate(_peerbook.shuffled([it.remote.path for it in items], self.book.seed))}
 
         def key(item: Any) -> tuple[int, int]:
-            own = self.hub_share is None or item.remote.path in self.hub_share
-            return (0 if own else 1, rank[item.remote.path])
+            if self.hub_share is None or item.remote.path in self.hub_share or self._heir_of(item):
+                return (0, rank[item.remote.path])
+            held = len(self.book.known_holders(item.remote.path, item.remote.size))
+            return (1 if held and self._first_wave(item.remote.path, held) else 2 if held else 3, rank[item.remote.path])
         return sorted(items, key=key)
 
     def placed(self, item: Any) -> None:

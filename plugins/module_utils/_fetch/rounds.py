@@ -64,6 +64,18 @@ def batches(items: Sequence[_snapshot_plan.Item], parallel_files: int) -> list[l
     return out
 
 
+def next_batch(items: Sequence[_snapshot_plan.Item], source: Any, parallel_files: int) -> list[_snapshot_plan.Item]:
+    """The next batch of a round, of the files it has not tried yet: the first of ``batches``, in the
+    source's own order when it has one (a peer source's ``queue``). Asked again before each batch, so
+    what the source learnt meanwhile (a peer source's last look: who holds what now) decides which
+    files go next, not the order the round started with."""
+    queue = getattr(source, "queue", None)
+    if queue is not None:
+        items = queue(items)
+    cut = batches(items, parallel_files * max(1, int(getattr(source, "batch_scale", 1))))
+    return cut[0] if cut else []
+
+
 class Round(object):
     """One pass over the pending files, batch by batch: resolve, one aria2c, settle each file."""
 
@@ -84,12 +96,14 @@ class Round(object):
 
     def run(self) -> float:
         """Returns the wait the servers asked for (Retry-After), 0 when none."""
-        items = list(self.t.pending.values())
-        queue = getattr(self.t.source, "queue", None)
-        if queue is not None:
-            items = queue(items)  # a peer source's own order: its Hub share first, then its shuffled order
-        for chunk in batches(items, self.t.aria2.parallel_files):
+        left = list(self.t.pending.values())
+        while left:
+            # a peer source's order, asked again before each batch: its Hub share first, then the files
+            # its last look saw held by a peer, then the rest (each part in its shuffled order)
+            chunk = next_batch(left, self.t.source, self.t.aria2.parallel_files)
             self._batch(chunk)
+            done = {item.key for item in chunk}
+            left = [item for item in left if item.key not in done]
         return self.wait_hint
 
     def _batch(self, chunk: Sequence[_snapshot_plan.Item]) -> None:

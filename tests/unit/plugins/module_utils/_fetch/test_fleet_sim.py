@@ -39,6 +39,8 @@ def test_hung_and_corrupt_peers_cost_time_not_correctness():
     fleet, fig = _fleet(24, hung=2 / 24, corrupt=2 / 24)
     assert fig["hung"] == 2 and fig["corrupt"] == 2
     assert fig["completed"] == 24 and fig["bad_landed"] == 0
+    # a hung owner's files come from the Hub once, through their heir, not once per host that needs them
+    assert fig["hub_bytes_over_copy"] <= 1.25
     hung = {h.name for h in fleet.hosts.values() if h.hung}
     corrupt = {h.name for h in fleet.hosts.values() if h.corrupt}
     for host in fleet.hosts.values():
@@ -46,3 +48,18 @@ def test_hung_and_corrupt_peers_cost_time_not_correctness():
         assert hung - {host.name} <= dropped  # every host found each hung peer out
         assert not dropped - hung - corrupt  # and dropped no honest peer
         assert host.hung_reads <= len(hung)
+
+
+def test_aria2_runs_parallel_files_of_a_batch_at_once_and_weighs_connections_per_source():
+    """The simulated aria2: a peer batch of PEER_BATCH_SCALE x parallel_files large files runs parallel_files
+    at a time (--max-concurrent-downloads); a download weighs splits / k connections at each of its k sources."""
+    fleet = fleet_sim.Fleet(2, fleet_sim.kimi_files(GB // 4), link=LINK, hub_uplink=4 * LINK, tick=0.05)
+    host = fleet.hosts["gpu1"]
+    item = fleet_sim._Item("model-00001-of-000064.safetensors", GB // 4)
+    dls = [fleet._start(host, item, fleet_sim.Resolution("https://hub/x")) for dummy in range(9)]
+    host.queued = list(dls)
+    fleet._admit(host)
+    assert host.active == fleet.parallel_files == 6 and len(host.queued) == 3 and fleet.downloads == dls[:6]
+    one = fleet._start(host, item, fleet_sim.Resolution("http://gpu2:8370/m/c/x"))
+    two = fleet._start(host, item, fleet_sim.Resolution("http://gpu2:8370/m/c/x", mirrors=("https://hub/x",)))
+    assert one.weight == fleet.splits and two.weight == fleet.splits / 2
