@@ -18,8 +18,9 @@ CONTROLLER_ADDR = SUBNET_PREFIX + "1"
 HUB_NETNS = "gflab-hub"
 HUB_API_ADDR = SUBNET_PREFIX + "2"
 HUB_CDN_ADDR = SUBNET_PREFIX + "3"
-# 10: make test runs its integration lanes at once on 2 + 2 + 2 hosts and the 4-host fleet target.
-MAX_HOSTS = 10
+# 14: make test runs its integration lanes at once on 2 + 2 + 2 hosts, the 4-host fleet target and the
+# 4-host router roll (tests/stages.sh, do_integration).
+MAX_HOSTS = 14
 # Root-netns ends of the veth pairs all start with this, so teardown can find strays
 # (veth names linger when a netns outlives its processes or a previous run died half way).
 VETH_PREFIX = "gfl-"

@@ -124,6 +124,13 @@ router_diag() {
         | sed -e "s/$SKEY/<sglang key>/g" -e "s/$RKEY/<router key>/g" >&2 || true
 }
 
+# serving_current: every server answers, as a client on its host would, for the commit `current` points at.
+serving_current() {
+    ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e rtest_serving=current > "$LAB_TMP/probe.out" 2>&1 \
+        || { grep -E 'fatal|FAILED|msg' "$LAB_TMP/probe.out" | tail -20 >&2; echo "a server does not serve the current commit" >&2; exit 1; }
+    no_keys "$LAB_TMP/probe.out"
+}
+
 # load_start NAME: the load generator in the background; returns once every client had an ok request.
 LOAD_PID=
 stop_load_at_exit() { [ -z "$LOAD_PID" ] || kill "$LOAD_PID" 2>/dev/null || true; }
@@ -252,7 +259,7 @@ load_stop serial1
 removals serial1
 assert_load serial1 1,1,1,1 0
 workers_ok
-ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e rtest_serving=current >/dev/null
+serving_current
 
 echo "== 3b. roll back to v1.0, two servers at a time, under load"
 load_start serial2
@@ -261,7 +268,7 @@ load_stop serial2
 removals serial2
 assert_load serial2 1,1,1,1 0
 workers_ok
-ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e rtest_serving=current >/dev/null
+serving_current
 
 # Why the drain-off roll fails requests by events, not by luck:
 # - the router keeps routing to a server the roll restarts in place: it is never removed, and its
@@ -282,7 +289,7 @@ load_stop drainoff
 removals drainoff
 assert_load drainoff 0,0,0,0 each
 workers_ok
-ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e rtest_serving=current >/dev/null
+serving_current
 
 echo "== 5. a probe that fails after the restart, under load: rollback, the old server back in the router"
 P5=$(pids)
@@ -295,7 +302,7 @@ removals rollback
 # gpu1 (the first batch) left the router, was rolled back and came back; the roll stopped there
 assert_load rollback 1,0,0,0 0
 workers_ok
-ansible-playbook "${PLAY_ARGS[@]}" probe.yml -e rtest_serving=current >/dev/null
+serving_current
 same_pids "the halted batches restarted a server" "$P5" gpu1
 
 echo "== 6. sglang_router_min_healthy=4 with 4 servers: refused, nothing taken out or restarted"
