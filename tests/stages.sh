@@ -255,26 +255,26 @@ do_lab_stale() {
 do_lab_status() { "$PY" "$ROOT/tests/lab/labctl.py" status; }
 do_teardown_check() { run_pytest tests/lab/tests/test_lab_teardown.py -q; }
 
-# make test boots TEST_LAB_HOSTS (10) lab hosts and runs the integration targets in lanes at once,
+# make test boots TEST_LAB_HOSTS (14) lab hosts and runs the integration targets in lanes at once,
 # each on its own hosts under the names the targets know (gpu1, gpu2, ...), from its own copy of the
-# collection. With 10 hosts:
+# collection. With 14 hosts:
 #   lane1, hosts 1-2    every target not named below (hf_snapshot, sglang_bench, gpu_info, ...)
 #   lane2, hosts 3-4    sglang_role (its scenarios of one server on one commit), then sglang_router
 #   lane3, hosts 5-8    fleet (4 hosts), then at once:
 #     lane4, hosts 5-6  sglang_role_ranks (sglang_role's scenarios of more than one server)
 #     lane5, hosts 7-8  AFTER_FLEET_TARGETS
 #   lane6, hosts 9-10   sglang_role_rollback (sglang_role's stale/rollback/second-commit scenarios)
-#   lane7, hosts 7-10   ROUTER_ROLL_TARGETS (4 hosts), once lane5 and lane6 are done
-# With 8-9 hosts lane6 does not exist: sglang_role_rollback runs in lane5, AFTER_FLEET_TARGETS in lane1,
-# and lane7 on hosts 5-8 once lane4 and lane5 are done. Most of a target's time is waiting on hosts (the
-# controller's CPU is often idle), so the lanes overlap well. The lanes share only the lab Hub, which
-# they read (the targets that reset, cap or fault a Hub, hf_snapshot and fleet, run their own private
-# instances).
-# Why lane7 where it is: sglang_router_roll is the longest target (933-1192 s measured: six deploys of four
-# servers, three of them rolling one or two servers at a time behind a router, under load) and needs
-# four hosts. The hosts that free up first as a block of four are 7-10: lane5's two short targets
-# after fleet, and lane6's one target. Starting it there keeps it off the busy start of the run (six
-# lanes on two cores) and off lane1 and lane2, whose hosts stay busy longest with many short targets.
+#   lane7, hosts 11-14  ROUTER_ROLL_TARGETS (4 hosts), from the start
+# With 10-13 hosts lane7 runs on hosts 7-10 once lane5 and lane6 are done; with 8-9 hosts lane6 does
+# not exist: sglang_role_rollback runs in lane5, AFTER_FLEET_TARGETS in lane1, and lane7 on hosts 5-8
+# once lane4 and lane5 are done. Most of a target's time is waiting on hosts (the controller's CPU is
+# often idle), so the lanes overlap well. The lanes share only the lab Hub, which they read (the
+# targets that reset, cap or fault a Hub, hf_snapshot and fleet, run their own private instances).
+# Why lane7 on its own hosts from the start: sglang_router_roll is the longest target (830-1192 s
+# measured: six deploys of four servers, three of them rolling one or two servers at a time behind a
+# router, under load) and most of it is waiting (drains, probes, the load's 6 s requests). Started
+# after lanes 5 and 6 it ran alone at the end of make test, adding its whole length (830 s in the
+# last CI run) to the stage; beside the others it costs the cores little.
 # sglang_router (2 hosts) follows sglang_role in lane2 rather than joining lane1's long list.
 # A lab of 4-7 hosts runs two lanes (sglang_role_ranks in the first, sglang_role_rollback after
 # sglang_role in the second) and then fleet and ROUTER_ROLL_TARGETS on hosts 1-4; a lab of fewer than 4
@@ -284,21 +284,10 @@ TEST_LAB_HOSTS=${TEST_LAB_HOSTS:-14}
 LANE2_TARGETS=(sglang_role sglang_router)
 ROLLBACK_TARGETS=(sglang_role_rollback)
 FLEET_TARGETS=(fleet)
-# the other 4-host target (the proof of the router roll under load): lane7. NOT run by make test by
-# default (GPUFLEET_ROUTER_ROLL=1 runs it): its scenario 6 (a refused removal must restart nothing) failed
-# in 2 of 7 full runs. The second time its new check showed why: the refused server (gpu1, just rolled back
-# and re-added in scenario 5) was no longer listed by the router when the roll asked to remove it, so
-# nothing was refused and it was restarted. Issue 22 stays open until that is found and it runs here again.
+# the other 4-host target (the proof of the router roll under load): lane7
 ROUTER_ROLL_TARGETS=(sglang_router_roll)
-GPUFLEET_ROUTER_ROLL=${GPUFLEET_ROUTER_ROLL:-0}
-# run_router_roll COPY INVENTORY: lane7, when asked for
-run_router_roll() {
-    if [ "$GPUFLEET_ROUTER_ROLL" != 1 ]; then
-        log "integration: ${ROUTER_ROLL_TARGETS[*]} not run (GPUFLEET_ROUTER_ROLL=1 runs it; see tests/stages.sh)"
-        return 0
-    fi
-    run_lane lane7 "$1" "$2" "${ROUTER_ROLL_TARGETS[@]}"
-}
+# run_router_roll COPY INVENTORY: lane7
+run_router_roll() { run_lane lane7 "$1" "$2" "${ROUTER_ROLL_TARGETS[@]}"; }
 RANKS_TARGETS=(sglang_role_ranks)
 # on hosts 7-8 after fleet (10 hosts; otherwise in lane 1)
 AFTER_FLEET_TARGETS=(sglang_preflight role_model_tools)

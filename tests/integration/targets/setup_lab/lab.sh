@@ -3,7 +3,7 @@
 # controller; what each runme.sh would otherwise repeat lives here:
 #   - strict mode (set -euo pipefail) and the working directory: the target's own (TARGET_DIR);
 #   - the lab's paths: INVENTORY, WHEELHOUSE, LAB_CACHE, LAB_DIR (tests/lab), and a fail-fast when the
-#     lab is not there; ANSIBLE_HOST_KEY_CHECKING=False, ANSIBLE_PIPELINING=True;
+#     lab is not there; ANSIBLE_HOST_KEY_CHECKING=False, ANSIBLE_PIPELINING=True, ANSIBLE_FORCE_HANDLERS=true (as ansible-test);
 #   - LAB_TMP: a private temp directory, removed at exit;
 #   - at_exit CMD ARGS...: cleanups run at exit, last registered first, whatever the exit status
 #     (`at_exit cleanup_play` runs the target's cleanup.yml with PLAY_ARGS as they are then);
@@ -48,6 +48,10 @@ fi
 export ANSIBLE_HOST_KEY_CHECKING=False
 # The lab logs in as root over ssh without requiretty: pipelining saves a round trip per task.
 export ANSIBLE_PIPELINING=True
+# What ansible-test sets for every target (ansible_test/_internal/ansible_util.py), so that a target run
+# by hand behaves as in make test: the notified handlers of a host that failed still run. Sites set it
+# too; the roles must never (re)start a server because of it (roles/sglang/handlers/main.yml).
+export ANSIBLE_FORCE_HANDLERS=true
 export INVENTORY WHEELHOUSE LAB_CACHE LAB_DIR TARGET_DIR
 
 # Common ansible-playbook arguments of a target (it adds its own -e ... after sourcing).

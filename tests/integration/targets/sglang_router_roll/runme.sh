@@ -118,9 +118,9 @@ at_exit watch_stop
 router_diag() {
     echo "-- the router's /workers, each change (last 12):" >&2
     tail -12 "$LAB_TMP/workers-watch.jsonl" >&2 2>/dev/null || true
-    echo "-- the router's journal (last 40 lines):" >&2
+    echo "-- the router's journal (last 40 lines, without the watch's GET /workers):" >&2
     ansible gpu1 -i "$INV" -m ansible.builtin.shell \
-        -a "journalctl -u sglang-router.service --no-pager -o short-iso-precise | tail -40" 2>/dev/null \
+        -a "journalctl -u sglang-router.service --no-pager -o short-iso-precise | grep -v 'method=GET uri=/workers ' | tail -40" 2>/dev/null \
         | sed -e "s/$SKEY/<sglang key>/g" -e "s/$RKEY/<router key>/g" >&2 || true
 }
 
@@ -309,8 +309,9 @@ echo "== 6. sglang_router_min_healthy=4 with 4 servers: refused, nothing taken o
 P6=$(pids)
 must_fail gpufleet.llm.deploy -e rtest_revision=v1.0 -e gpufleet_serial=1 -e sglang_router_min_healthy=4
 expect_in "$OUT" 'sglang_router_min_healthy'
-# the refusal came before any restart: no restart handler ran on any server
-! grep -q 'RUNNING HANDLER \[gpufleet.llm.sglang : Restart SGLang\]' "$OUT" \
+# the refusal came before any restart: the restart handler changed no server. It may still run (and skip):
+# with force_handlers (what ansible-test sets, and lab.sh by hand) the handlers of a failed host run.
+! grep -A1 'RUNNING HANDLER \[gpufleet.llm.sglang : Restart SGLang\]' "$OUT" | grep -q '^changed:' \
     || { grep -A3 'RUNNING HANDLER' "$OUT" | tail -40; router_diag; echo "a server was restarted although the removal was refused" >&2; exit 1; }
 same_pids "a refused removal restarted a server" "$P6"
 workers_ok
