@@ -487,7 +487,7 @@ def cmd_watch(args):
     target = Target(args.router)
     last = object()
     with open(args.out, "a", encoding="utf-8") as out:
-        for _ in range(args.max_polls):
+        for _poll in range(args.max_polls):
             try:
                 now = {"workers": list_entries(target, api_key)}
             except (OSError, ValueError) as exc:
@@ -512,7 +512,7 @@ def cmd_workers(args):
     while True:
         try:
             entries = list_entries(target, api_key)
-            workers = {url: all(healthy for _, healthy in pairs) for url, pairs in entries.items()}
+            workers = {url: all(pair[1] for pair in pairs) for url, pairs in entries.items()}
             problem = None
         except (OSError, ValueError) as exc:
             entries, workers, problem = {}, {}, _mask(exc, api_key)
