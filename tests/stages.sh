@@ -406,7 +406,7 @@ do_integration() {
     (
         rc=0
         p6=
-        # hosts 9-10 (10 hosts only), from the start
+        # hosts 9-10 (10 hosts or more), from the start
         if [ "$hosts" -ge 10 ]; then
             run_lane lane6 "$(lane_copy 6)" "$CACHE/lane6/inventory.ini" "${ROLLBACK_TARGETS[@]}" &
             p6=$!
