@@ -243,21 +243,12 @@ class WorkersWatch(threading.Thread):
 
     def poll(self):
         t0 = time.time()
-        conn = self.target.connection(10.0)
         try:
-            headers = {"Authorization": "Bearer %s" % self.api_key} if self.api_key else {}
-            conn.request("GET", self.target.prefix + "/workers", headers=headers)
-            resp = conn.getresponse()
-            data = json.loads(resp.read().decode("utf-8"))
-            if resp.status != 200:
-                raise ValueError("GET /workers answered %d" % resp.status)
-            workers = {w["url"]: bool(w.get("is_healthy")) for w in data.get("workers") or []}
-        except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException) as exc:
+            workers = healthy_by_url(list_entries(self.target, self.api_key))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             self.errors += 1
             self.last_error = _mask(exc, self.api_key)
             return
-        finally:
-            conn.close()
         t1 = time.time()
         self.polls += 1
         if self.runs and self.runs[-1]["workers"] == workers:
@@ -480,6 +471,11 @@ def list_entries(target, api_key):
         conn.close()
 
 
+def healthy_by_url(entries):
+    """{url: is_healthy} of list_entries' answer (a URL listed twice: healthy only if every entry is)."""
+    return {url: all(pair[1] for pair in pairs) for url, pairs in entries.items()}
+
+
 def cmd_watch(args):
     """A diagnostic journal of the router's /workers: one JSON line per change (time, entries by URL with
     their id and health, or the error), until the stop file appears. Bounded by --max-polls."""
@@ -512,7 +508,7 @@ def cmd_workers(args):
     while True:
         try:
             entries = list_entries(target, api_key)
-            workers = {url: all(pair[1] for pair in pairs) for url, pairs in entries.items()}
+            workers = healthy_by_url(entries)
             problem = None
         except (OSError, ValueError) as exc:
             entries, workers, problem = {}, {}, _mask(exc, api_key)
