@@ -239,7 +239,9 @@ do_units_fast() {
 do_lab_local() {
     run_pytest tests/lab/tests -m "not lab" --deselect tests/lab/tests/test_lab_teardown.py -q -n "${LAB_LOCAL_WORKERS:-4}"
 }
-do_lab_marked() { run_pytest tests/lab/tests -m lab -q; }
+# LAB_TESTS_WORKERS (default 4) pytest-xdist workers: the lab tests wait on ssh to 14 hosts, one
+# host or host pair per test (203 s with one worker in a make test of 14 hosts).
+do_lab_marked() { run_pytest tests/lab/tests -m lab -q -n "${LAB_TESTS_WORKERS:-4}"; }
 do_lab_up() { "$PY" "$ROOT/tests/lab/labctl.py" up --hosts "$LAB_HOSTS"; }
 do_lab_down() { [ -x "$PY" ] || return 0; "$PY" "$ROOT/tests/lab/labctl.py" down; }
 # A running lab whose image is out of date (the rootfs recipe or the SGLang stand-in changed) must
@@ -339,24 +341,26 @@ ansible_test_key() {
     sed -i -E 's/(BEGIN|END) PRIVATE KEY/\1 RSA PRIVATE KEY/' "$key"
 }
 
-# lane_copy N: the collection copy lane N runs from (lane 1 runs from COLL).
+# lane_copy N: the collection copy lane N runs from.
 lane_copy() { echo "$COLL_PARENT-lane$1/ansible_collections/gpufleet/llm"; }
 # excluding TARGET...: the ansible-test arguments that leave TARGET... out.
 excluding() { local t; for t in "$@"; do printf -- '--exclude\n%s\n' "$t"; done; }
 
 do_integration() {
-    # (each lane syncs its own copy of the collection, COLL included: run_lane)
+    # (each lane syncs its own copy of the collection: run_lane; none runs from COLL, which make test's
+    # local half, at the same time, syncs for sanity and units)
     ansible_test_key
     # ansible-test runs each target from a copy without lab.env or tests/lab: the targets find the
     # lab's files through this link in the cache (lab.sh).
-    ln -sfn "$COLL/tests/lab" "$CACHE/run/lab-dir"
+    sync_collection "$(lane_copy 1)"
+    ln -sfn "$(lane_copy 1)/tests/lab" "$CACHE/run/lab-dir"
     local hosts lane1_out=() pids=() pid rc=0
     hosts=$(lab_host_count)
     hosts=${hosts:-0}
     if [ "$hosts" -lt 4 ]; then
         log "integration: $hosts lab host(s): the 4-host target(s) ${FLEET_TARGETS[*]} ${ROUTER_ROLL_TARGETS[*]} do not run (LAB_HOSTS=4 or more)"
         mapfile -t lane1_out < <(excluding "${FLEET_TARGETS[@]}" "${ROUTER_ROLL_TARGETS[@]}")
-        run_lane all "$COLL" "$INVENTORY" "${lane1_out[@]}"
+        run_lane all "$(lane_copy 1)" "$INVENTORY" "${lane1_out[@]}"
         return
     fi
     lane_inventory "$CACHE/lane1" 1
@@ -366,7 +370,7 @@ do_integration() {
         lane_inventory "$CACHE/lane3" 1 4
         mapfile -t lane1_out < <(excluding "${FLEET_TARGETS[@]}" "${ROUTER_ROLL_TARGETS[@]}" "${LANE2_TARGETS[@]}" \
             "${ROLLBACK_TARGETS[@]}")
-        run_lane lane1 "$COLL" "$CACHE/lane1/inventory.ini" "${lane1_out[@]}" &
+        run_lane lane1 "$(lane_copy 1)" "$CACHE/lane1/inventory.ini" "${lane1_out[@]}" &
         pids+=($!)
         (
             rc=0
@@ -399,7 +403,7 @@ do_integration() {
     fi
     mapfile -t lane1_out < <(excluding "${FLEET_TARGETS[@]}" "${ROUTER_ROLL_TARGETS[@]}" "${LANE2_TARGETS[@]}" \
         "${ROLLBACK_TARGETS[@]}" "${RANKS_TARGETS[@]}" "${after[@]}")
-    run_lane lane1 "$COLL" "$CACHE/lane1/inventory.ini" "${lane1_out[@]}" &
+    run_lane lane1 "$(lane_copy 1)" "$CACHE/lane1/inventory.ini" "${lane1_out[@]}" &
     pids+=($!)
     run_lane lane2 "$(lane_copy 2)" "$CACHE/lane2/inventory.ini" "${LANE2_TARGETS[@]}" &
     pids+=($!)
@@ -452,11 +456,40 @@ do_demo_play() {
     log "The server is the lab's SGLang STAND-IN (no GPU here): its accept length and timings are a model."
 }
 
-run_test() {
+# make test's two halves run at once (issue 21: 58 min when they ran one after the other):
+#   - the lab half, in the background from the start: lab-up, lab-tests (the booted hosts, before any
+#     target touches them), then integration (the lanes, 45 min of the 58);
+#   - the local half, in the foreground: lint, build, ee, sanity, lab-local, units (10 min).
+# The integration lanes are CPU-bound on 2 cores, the local half is not (units wait on subprocesses and
+# servers about a third of the time), so its 10 min mostly vanish into the lanes' 45. The halves share
+# nothing they write: the local half's ansible-test runs from COLL, every lane from its own copy (lane_copy);
+# the lab-tests read the hosts only. The local half runs its pytest workers at 2, not 4, while the lanes
+# run (UNITS_WORKERS, LAB_LOCAL_WORKERS), so that it takes the idle CPU rather than the lanes' share.
+# The background half's stage times reach the summary through $CACHE/run/lab-half.times.
+lab_half() {
     local failed=0
-    trap 'stage lab-down do_lab_down || true; summary' EXIT
+    TIMES=()
+    if stage lab-up do_lab_up; then
+        stage lab-tests do_lab_marked || failed=1
+        stage integration do_integration || failed=1
+    else
+        failed=1
+    fi
+    printf '%s\n' "${TIMES[@]}" > "$CACHE/run/lab-half.times"
+    return $failed
+}
+
+run_test() {
+    local failed=0 line
+    LAB_HALF_PID=
+    trap '[ -z "$LAB_HALF_PID" ] || { kill "$LAB_HALF_PID" 2>/dev/null; wait "$LAB_HALF_PID" 2>/dev/null; }; stage lab-down do_lab_down || true; summary' EXIT
     setup
     stage lab-down do_lab_down          # make test always starts from a fresh lab
+    LAB_HOSTS=$TEST_LAB_HOSTS   # lanes of integration targets at once (do_integration)
+    mkdir -p "$CACHE/run"
+    rm -f "$CACHE/run/lab-half.times"
+    lab_half &
+    LAB_HALF_PID=$!
     stage lint do_lint || failed=1
     stage build do_build || failed=1
     stage ee do_ee || failed=1
@@ -464,14 +497,15 @@ run_test() {
     # lab-local first: its wheelhouse tests build the verified SGLang 0.5.23 venv that the units'
     # preflight tests run SGLang's own parser from (without it they skip, and on a fresh machine
     # nothing else builds it before the units).
-    stage lab-local do_lab_local || failed=1
-    stage units do_units || failed=1
-    LAB_HOSTS=$TEST_LAB_HOSTS   # lanes of integration targets at once (do_integration)
-    if stage lab-up do_lab_up; then
-        stage lab-tests do_lab_marked || failed=1
-        stage integration do_integration || failed=1
+    LAB_LOCAL_WORKERS=${LAB_LOCAL_WORKERS:-2} stage lab-local do_lab_local || failed=1
+    UNITS_WORKERS=${UNITS_WORKERS:-2} stage units do_units || failed=1
+    log "make test: the local half is done; waiting for the lab half (lab-tests, integration)"
+    wait "$LAB_HALF_PID" || failed=1
+    LAB_HALF_PID=
+    if [ -f "$CACHE/run/lab-half.times" ]; then
+        while IFS= read -r line; do [ -z "$line" ] || TIMES+=("$line"); done < "$CACHE/run/lab-half.times"
     else
-        failed=1
+        TIMES+=("lab half        (no stage times: it stopped early)  FAILED"); failed=1
     fi
     stage lab-down do_lab_down || failed=1
     stage teardown do_teardown_check || failed=1

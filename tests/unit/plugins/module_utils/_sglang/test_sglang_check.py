@@ -22,15 +22,17 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import check 
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import sglang_configs as cfg
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures.sglang_env import (  # noqa: F401 pylint: disable=unused-import
-    SGLANG_VERSION, sglang_python)
+    SGLANG_VERSION, forked_run, sglang_python)
 
 
 def run_checker(python, config, expect_version=None):
-    proc = subprocess.run(sc.command(python, config, expect_version), input=sc.script_source(),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", timeout=300, check=False)
-    out, err = proc.stdout.decode(), proc.stderr.decode()
+    """The parser check as the module runs it (``python -`` with the script on stdin), as a child of the
+    test process's SGLang fork server (sglang_env.forked_run); test_script_runs_by_path_too runs a new interpreter."""
+    argv = sc.command(python, config, expect_version)
+    assert argv[:2] == [python, "-"]
+    rc, out, err = forked_run(python, argv[2:], sc.script_source(), dict(os.environ), cwd="/", timeout=300)
     assert cfg.API_KEY not in out + err
-    return sc.read_result(proc.returncode, out, err, python)
+    return sc.read_result(rc, out, err, python)
 
 
 # --- protocol, no SGLang needed --------------------------------------------------------------

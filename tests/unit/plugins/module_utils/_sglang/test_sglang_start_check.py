@@ -3,8 +3,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """_sglang_start_check: SGLang 0.5.23's start-time rules, run with the REAL SGLang of the lab's venv.
 
-The script runs as a subprocess of that venv (sglang_env.py), fed on stdin with the environment
-applied, exactly as the module runs it on a host. The models are config.json files written here:
+The script runs under that venv's interpreter (sglang_env.py), fed on stdin with the environment
+applied, as the module runs it on a host: as a child of the test process's SGLang fork server
+(sglang_forkserver.py: SGLang imported once), which test_forked_run_answers_as_a_fresh_interpreter
+holds against a new interpreter per run. The models are config.json files written here:
 the target in the Kimi K2.6 layout (kimi_k25, text_config with a yarn rope), the drafter a DFlash
 draft (qwen3, block_size, dflash_config). The mirrored rules are pinned to the SGLang source (PINS).
 """
@@ -22,7 +24,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import start_
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import sglang_configs as cfg
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures.sglang_env import (  # noqa: F401 pylint: disable=unused-import
-    SGLANG_VERSION, sglang_python)
+    SGLANG_VERSION, forked_run, sglang_python)
 
 ALLOW = {st.ALLOW_LONGER: "1"}
 
@@ -65,17 +67,25 @@ def config_text(target, draft, **options):
     return "".join("%s: %s\n" % (k, v) for k, v in lines.items())
 
 
-def run_start(python, config, env=None, names=None):
+def run_start(python, config, env=None, names=None, fresh=False):
     """The start-rule script as the module runs it; ``names`` given: the environment option's names,
-    and this process's SGLANG_* variables are inherited as a host's SSH session's are."""
+    and this process's SGLANG_* variables are inherited as a host's SSH session's are.
+
+    Through the test process's SGLang fork server (sglang_env.forked_run: SGLang imported once, each
+    run a fresh child); ``fresh``: a new interpreter, exactly as the module starts it."""
     environ = dict((k, v) for k, v in os.environ.items() if names is not None or not k.startswith("SGLANG_"))
     environ.update(env or {})
     names = list(env or {}) if names is None else names
-    proc = subprocess.run(st.command(python, config, names), input=st.script_source(), env=environ, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, cwd="/", timeout=300, check=False)
-    out, err = proc.stdout.decode(), proc.stderr.decode()
+    argv = st.command(python, config, names)
+    if fresh:
+        proc = subprocess.run(argv, input=st.script_source(), env=environ, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, cwd="/", timeout=300, check=False)
+        rc, out, err = proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+    else:
+        assert argv[:2] == [python, "-"]
+        rc, out, err = forked_run(python, argv[2:], st.script_source(), environ, cwd="/", timeout=300)
     assert cfg.API_KEY not in out + err
-    return _sglang_check.read_result(proc.returncode, out, err, python, marker=st.RESULT_MARKER)
+    return _sglang_check.read_result(rc, out, err, python, marker=st.RESULT_MARKER)
 
 
 def start(sglang_python, tmp_path, env=None, models_kw=None, **options):
@@ -200,6 +210,23 @@ def test_inherited_sglang_variables_do_not_open_the_gate(sglang_python, tmp_path
     config = cfg.write(str(tmp_path), "kimi", config_text(target, draft))
     problem(run_start(sglang_python, config, names=[]), "draft-context-length")
     assert run_start(sglang_python, config, env=ALLOW, names=[st.ALLOW_LONGER])["problems"] == []
+
+
+def test_forked_run_answers_as_a_fresh_interpreter(sglang_python, tmp_path, monkeypatch):
+    # The harness itself: the fork server (SGLang imported before the request's environment is set)
+    # must answer what a new interpreter answers, for a pass, a refusal, a refusal that a variable of the
+    # unit's environment lifts, and an inherited variable the script must drop.
+    target, draft = models(tmp_path / "models", drafter_len=4096)
+    config = cfg.write(str(tmp_path), "kimi", config_text(target, draft))
+    good_target, good_draft = models(tmp_path / "good")
+    good = cfg.write(str(tmp_path), "good", config_text(good_target, good_draft))
+    monkeypatch.setenv(st.ALLOW_LONGER, "1")   # inherited: dropped unless named
+    runs = [(good, None, []), (config, None, []), (config, ALLOW, [st.ALLOW_LONGER])]
+    for conf, env, names in runs:
+        forked = run_start(sglang_python, conf, env=env, names=names)
+        fresh = run_start(sglang_python, conf, env=env, names=names, fresh=True)
+        assert forked == fresh, (conf, env, forked, fresh)
+    assert [p.split(" ", 1)[0] for p in run_start(sglang_python, config, names=[])["problems"]] == ["draft-context-length"]
 
 
 FAKE_TRANSFORMERS = '''"""A FAKE transformers written by test_sglang_start_check: AutoConfig.for_model's call shape only."""
