@@ -18,7 +18,7 @@ DEFAULT_CONFIG = {
 
 _INT_KEYS = set(DEFAULT_CONFIG)
 
-ACTIONS = ("status", "reset", "truncate", "stall")
+ACTIONS = ("status", "reset", "truncate", "stall", "hold")
 _MAX_STALL = 600.0  # a stall never outlives a test run
 
 
@@ -55,7 +55,7 @@ class FaultRule:
         if not isinstance(spec, dict):
             raise ConfigError("each rule must be a JSON object")
         unknown = set(spec) - {"name", "server", "method", "path", "query", "nth", "times", "action",
-                               "status", "retry_after", "message", "after_bytes", "seconds"}
+                               "status", "retry_after", "message", "after_bytes", "seconds", "requests"}
         if unknown:
             raise ConfigError(f"unknown rule keys: {sorted(unknown)}")
         self.name = str(spec.get("name") or f"rule{index}")
@@ -84,6 +84,10 @@ class FaultRule:
         self.message = spec.get("message")
         self.after_bytes = int(spec.get("after_bytes", 0))
         self.seconds = min(float(spec.get("seconds", 30)), _MAX_STALL)
+        # hold: the number of requests for the path (this one included) that must have arrived
+        self.requests = int(spec.get("requests", 2))
+        if self.requests < 1:
+            raise ConfigError("requests must be >= 1")
         self.spec = spec
         self.matched = 0
         self.fired = 0
@@ -130,6 +134,9 @@ class LabControl:
         # can see the end of a response before the server thread gets to record it.
         self._finishing = 0
         self._settled = threading.Condition(self.lock)
+        # requests that arrived, per URL-decoded path (the hold fault waits on them)
+        self._arrivals: dict = {}
+        self._arrived = threading.Condition(self.lock)
         self.listing: dict = {}  # repo id -> hostile-listing spec (set_listing)
 
     # -- config ------------------------------------------------------------------------------
@@ -196,6 +203,20 @@ class LabControl:
     def list_faults(self) -> list:
         with self.lock:
             return [r.describe() for r in self.rules]
+
+    def arrive(self, path: str) -> int:
+        """Counts a request for ``path`` as it arrives; returns the count, this one included."""
+        with self.lock:
+            self._arrivals[path] = self._arrivals.get(path, 0) + 1
+            self._arrived.notify_all()
+            return self._arrivals[path]
+
+    def wait_arrivals(self, path: str, count: int, timeout: float, stopping=None) -> bool:
+        """Until ``count`` requests for ``path`` have arrived (True), or ``timeout`` s passed (False)."""
+        with self.lock:
+            return self._arrived.wait_for(
+                lambda: self._arrivals.get(path, 0) >= count or (stopping is not None and stopping.is_set()),
+                timeout=timeout) and self._arrivals.get(path, 0) >= count
 
     def match_fault(self, server, method, path, query):
         """First rule that fires on this request; every matching rule counts the request."""

@@ -271,6 +271,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._query = parse_qs(query, keep_blank_values=True)
         self._body_cache = None
         self._fault = None
+        self._arrival = 0
         self._entry = None
         self._finishing = False
         self._read_body()
@@ -287,6 +288,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             "user_agent": self.headers.get("User-Agent"),
         }
         t0 = time.monotonic()
+        self._arrival = ctl.arrive(path)
         try:
             fault = ctl.match_fault(self.role, self.command, path, query)
             if fault is not None:
@@ -389,38 +391,54 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _stream(self, src, offset: int, length: int):
         """Send `length` body bytes of src (bytes, or an fd read from `offset`), honouring caps and
-        the request's body fault (reset / truncate / stall after N bytes)."""
+        the request's body fault (reset / truncate / stall / hold after N bytes)."""
         fault = self._fault
         limit = length
         if fault is not None:
             limit = max(0, min(fault.after_bytes, length))
         sent = 0
         try:
-            while sent < limit:
-                n = limit - sent
-                buckets = self._buckets()
-                if buckets:
-                    rate = min(b.rate for b in buckets)
-                    n = min(n, max(16 * 1024, min(256 * 1024, int(rate / 50))))
-                    wait = max(b.acquire(n) for b in buckets)
-                    if wait > 0:
-                        time.sleep(wait)
-                else:
-                    n = min(n, _UNCAPPED_CHUNK)
-                if sent + n >= length:
-                    self._mark_finishing()
-                if isinstance(src, (bytes, bytearray, memoryview)):
-                    self.connection.sendall(memoryview(src)[offset + sent: offset + sent + n])
-                    k = n
-                else:
-                    k = self._sendfile(src, offset + sent, n)
-                sent += k
-                if self._entry is not None:
-                    self._entry["bytes_sent"] += k
+            sent = self._send_body(src, offset, length, 0, limit)
+            if fault is not None and fault.action == "hold":
+                # the rest of the body waits for other requests of this path (a client's other
+                # connections), then goes: an event to wait for, not a time (seconds: only a guard)
+                if not self.hub.control.wait_arrivals(self._entry["path"], self._arrival - 1 + fault.requests,
+                                                      fault.seconds, self.hub.stopping):
+                    self._entry["error"] = f"fault {fault.name}: fewer than {fault.requests} requests within {fault.seconds}s"
+                sent = self._send_body(src, offset, length, sent, length)
+                fault = None
         except (OSError, TimeoutError) as e:
-            raise _Abort(f"client gone after {sent} bytes: {e.__class__.__name__}") from None
+            raise _Abort(f"client gone after {self._entry_sent()} bytes: {e.__class__.__name__}") from None
         if fault is not None:
             self._apply_body_fault(fault)
+
+    def _entry_sent(self) -> int:
+        return self._entry["bytes_sent"] if self._entry is not None else 0
+
+    def _send_body(self, src, offset: int, length: int, sent: int, limit: int) -> int:
+        """Body bytes [sent, limit) of src, honouring the caps; returns the new ``sent``."""
+        while sent < limit:
+            n = limit - sent
+            buckets = self._buckets()
+            if buckets:
+                rate = min(b.rate for b in buckets)
+                n = min(n, max(16 * 1024, min(256 * 1024, int(rate / 50))))
+                wait = max(b.acquire(n) for b in buckets)
+                if wait > 0:
+                    time.sleep(wait)
+            else:
+                n = min(n, _UNCAPPED_CHUNK)
+            if sent + n >= length:
+                self._mark_finishing()
+            if isinstance(src, (bytes, bytearray, memoryview)):
+                self.connection.sendall(memoryview(src)[offset + sent: offset + sent + n])
+                k = n
+            else:
+                k = self._sendfile(src, offset + sent, n)
+            sent += k
+            if self._entry is not None:
+                self._entry["bytes_sent"] += k
+        return sent
 
     def _sendfile(self, fd: int, offset: int, count: int) -> int:
         sock = self.connection

@@ -264,6 +264,13 @@ def test_aria2_ranged_download_through_signed_redirect(hub, tmp_path, lab_tokens
     # Resolve on the API host with the token; aria2 only ever sees the signed CDN URL.
     meta = get_hf_file_metadata(hf_hub_url(GATED, shard["path"], endpoint=hub.api), token=lab_tokens["reader"])
     assert meta.location.startswith(hub.cdn + "/cdn/")
+    splits = min(8, -(-shard["size"] // (1 << 20)))
+    # aria2 opens its other connections once the first response's headers are in; on loopback the
+    # first one could carry the whole file before they start (seen under load). The hub holds that
+    # first body after 1 MiB until min(4, splits) requests for the file have arrived: an event, not
+    # a time (seconds only bounds a client that never opens them, which then fails below).
+    hub.faults({"name": "first-waits", "server": "cdn", "method": "GET", "path": "^/cdn/",
+                "action": "hold", "after_bytes": 1 << 20, "requests": min(4, splits), "seconds": 60, "times": 1})
     mark = hub.last_seq()
     proc = subprocess.run(
         ["aria2c", "-x8", "-s8", "--min-split-size=1M", "--file-allocation=none", "--console-log-level=warn",
@@ -275,7 +282,8 @@ def test_aria2_ranged_download_through_signed_redirect(hub, tmp_path, lab_tokens
     cdn = [e for e in hub.log(since=mark) if e["server"] == "cdn"]
     ranges = {e["range"] for e in cdn if e["range"]}
     conns = {e["conn_id"] for e in cdn}
-    splits = min(8, -(-shard["size"] // (1 << 20)))
+    held = [e for e in cdn if e["fault"] == "first-waits"]
+    assert len(held) == 1 and "fewer than" not in (held[0]["error"] or ""), f"the first body was not released by requests: {held}"
     assert len(conns) >= min(4, splits), f"aria2 used {len(conns)} connections: {cdn}"
     assert len(ranges) >= min(4, splits) - 1, f"ranged requests: {sorted(ranges)}"
     assert not any(e["auth_present"] for e in cdn), "no Authorization may reach the CDN"
