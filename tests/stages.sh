@@ -456,40 +456,11 @@ do_demo_play() {
     log "The server is the lab's SGLang STAND-IN (no GPU here): its accept length and timings are a model."
 }
 
-# make test's two halves run at once (issue 21: 58 min when they ran one after the other):
-#   - the lab half, in the background from the start: lab-up, lab-tests (the booted hosts, before any
-#     target touches them), then integration (the lanes, 45 min of the 58);
-#   - the local half, in the foreground: lint, build, ee, sanity, lab-local, units (10 min).
-# The integration lanes are CPU-bound on 2 cores, the local half is not (units wait on subprocesses and
-# servers about a third of the time), so its 10 min mostly vanish into the lanes' 45. The halves share
-# nothing they write: the local half's ansible-test runs from COLL, every lane from its own copy (lane_copy);
-# the lab-tests read the hosts only. The local half runs its pytest workers at 2, not 4, while the lanes
-# run (UNITS_WORKERS, LAB_LOCAL_WORKERS), so that it takes the idle CPU rather than the lanes' share.
-# The background half's stage times reach the summary through $CACHE/run/lab-half.times.
-lab_half() {
-    local failed=0
-    TIMES=()
-    if stage lab-up do_lab_up; then
-        stage lab-tests do_lab_marked || failed=1
-        stage integration do_integration || failed=1
-    else
-        failed=1
-    fi
-    printf '%s\n' "${TIMES[@]}" > "$CACHE/run/lab-half.times"
-    return $failed
-}
-
 run_test() {
-    local failed=0 line
-    LAB_HALF_PID=
-    trap '[ -z "$LAB_HALF_PID" ] || { kill "$LAB_HALF_PID" 2>/dev/null; wait "$LAB_HALF_PID" 2>/dev/null; }; stage lab-down do_lab_down || true; summary' EXIT
+    local failed=0
+    trap 'stage lab-down do_lab_down || true; summary' EXIT
     setup
     stage lab-down do_lab_down          # make test always starts from a fresh lab
-    LAB_HOSTS=$TEST_LAB_HOSTS   # lanes of integration targets at once (do_integration)
-    mkdir -p "$CACHE/run"
-    rm -f "$CACHE/run/lab-half.times"
-    lab_half &
-    LAB_HALF_PID=$!
     stage lint do_lint || failed=1
     stage build do_build || failed=1
     stage ee do_ee || failed=1
@@ -497,15 +468,14 @@ run_test() {
     # lab-local first: its wheelhouse tests build the verified SGLang 0.5.23 venv that the units'
     # preflight tests run SGLang's own parser from (without it they skip, and on a fresh machine
     # nothing else builds it before the units).
-    LAB_LOCAL_WORKERS=${LAB_LOCAL_WORKERS:-2} stage lab-local do_lab_local || failed=1
-    UNITS_WORKERS=${UNITS_WORKERS:-2} stage units do_units || failed=1
-    log "make test: the local half is done; waiting for the lab half (lab-tests, integration)"
-    wait "$LAB_HALF_PID" || failed=1
-    LAB_HALF_PID=
-    if [ -f "$CACHE/run/lab-half.times" ]; then
-        while IFS= read -r line; do [ -z "$line" ] || TIMES+=("$line"); done < "$CACHE/run/lab-half.times"
+    stage lab-local do_lab_local || failed=1
+    stage units do_units || failed=1
+    LAB_HOSTS=$TEST_LAB_HOSTS   # lanes of integration targets at once (do_integration)
+    if stage lab-up do_lab_up; then
+        stage lab-tests do_lab_marked || failed=1
+        stage integration do_integration || failed=1
     else
-        TIMES+=("lab half        (no stage times: it stopped early)  FAILED"); failed=1
+        failed=1
     fi
     stage lab-down do_lab_down || failed=1
     stage teardown do_teardown_check || failed=1
