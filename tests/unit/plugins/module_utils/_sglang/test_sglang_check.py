@@ -28,9 +28,8 @@ from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures.s
 def run_checker(python, config, expect_version=None):
     """The parser check as the module runs it (``python -`` with the script on stdin), as a child of the
     test process's SGLang fork server (sglang_env.forked_run); test_script_runs_by_path_too runs a new interpreter."""
-    argv = sc.command(python, config, expect_version)
-    assert argv[:2] == [python, "-"]
-    rc, out, err = forked_run(python, argv[2:], sc.script_source(), dict(os.environ), cwd="/", timeout=300)
+    rc, out, err = forked_run(sc.command(python, config, expect_version), sc.script_source(), dict(os.environ),
+                              cwd="/", timeout=300)
     assert cfg.API_KEY not in out + err
     return sc.read_result(rc, out, err, python)
 

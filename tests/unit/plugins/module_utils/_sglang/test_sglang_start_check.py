@@ -24,7 +24,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import start_
 from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import sglang_configs as cfg
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures.sglang_env import (  # noqa: F401 pylint: disable=unused-import
-    SGLANG_VERSION, forked_run, sglang_python)
+    SGLANG_VERSION, forked_run, fresh_run, sglang_python)
 
 ALLOW = {st.ALLOW_LONGER: "1"}
 
@@ -76,14 +76,8 @@ def run_start(python, config, env=None, names=None, fresh=False):
     environ = dict((k, v) for k, v in os.environ.items() if names is not None or not k.startswith("SGLANG_"))
     environ.update(env or {})
     names = list(env or {}) if names is None else names
-    argv = st.command(python, config, names)
-    if fresh:
-        proc = subprocess.run(argv, input=st.script_source(), env=environ, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, cwd="/", timeout=300, check=False)
-        rc, out, err = proc.returncode, proc.stdout.decode(), proc.stderr.decode()
-    else:
-        assert argv[:2] == [python, "-"]
-        rc, out, err = forked_run(python, argv[2:], st.script_source(), environ, cwd="/", timeout=300)
+    run = fresh_run if fresh else forked_run
+    rc, out, err = run(st.command(python, config, names), st.script_source(), environ, cwd="/", timeout=300)
     assert cfg.API_KEY not in out + err
     return _sglang_check.read_result(rc, out, err, python, marker=st.RESULT_MARKER)
 
