@@ -270,8 +270,8 @@ def test_own_share_from_the_hub_the_rest_once_its_owner_publishes(lab_hub, seed,
     assert_tree_verified(dest, listing)
 
 
-def test_a_file_is_published_as_soon_as_it_is_verified_while_its_batch_still_downloads(lab_hub, seed, peers, tmp_path,
-                                                                                        monkeypatch):
+def test_a_file_is_published_as_soon_as_it_is_verified_while_its_batch_still_downloads(
+        lab_hub, seed, peers, tmp_path, monkeypatch):
     """Issue 23: config.json and a shard in one batch (one aria2c); the peer stops the shard halfway until
     this host's peer-status lists config.json (an event, not a timer): the small file is placed and
     published while the shard still downloads, not once the batch's aria2c has ended."""
