@@ -63,6 +63,8 @@ EXIT_CODES = {
     32: "checksum verification failed",
 }
 
+# Seconds aria2c gets to stop on SIGTERM (saving its control files) before it is killed.
+STOP_WAIT = 10.0
 # gids are 16 hex digits; the results table shows only the first 6, so those carry the index.
 GID_WIDTH = 6
 
@@ -329,12 +331,13 @@ def _start(argv: list[str], out_file: str) -> subprocess.Popen:
 
 
 def _watch(proc: subprocess.Popen, completions: _Completions, *, tick: Callable[[], Any] | None,
-           tick_interval: float, poll_interval: float) -> None:
-    """Wait for aria2c to exit, reporting completed files and calling ``tick`` on the way."""
+           tick_interval: float, poll_interval: float, poll: Callable[[], Any] | None = None) -> None:
+    """Wait for aria2c to exit, reporting completed files and calling ``poll`` (every ``poll_interval``)
+    and ``tick`` on the way."""
     next_tick = time.monotonic() + tick_interval
     while True:
         wait = next_tick - time.monotonic()
-        if completions.on_complete is not None:
+        if completions.on_complete is not None or poll is not None:
             wait = min(poll_interval, wait)
         try:
             proc.wait(timeout=max(0.01, wait))
@@ -343,6 +346,8 @@ def _watch(proc: subprocess.Popen, completions: _Completions, *, tick: Callable[
         except subprocess.TimeoutExpired:
             pass
         completions.report()
+        if poll is not None:
+            poll()
         if time.monotonic() >= next_tick:
             next_tick = time.monotonic() + tick_interval
             if tick is not None:
@@ -367,15 +372,29 @@ def _outcomes(files: Sequence[Aria2File], returncode: int, stdout: str, log_text
     return RunResult(returncode, explain(returncode), outcomes, retry_after, tail, errors)
 
 
+def _stop(proc: subprocess.Popen) -> None:
+    """aria2c asked to stop (it saves its control files on SIGTERM), killed if it does not."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=STOP_WAIT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def run(files: Sequence[Aria2File], workdir: str, settings: Aria2Settings, *, tick: Callable[[], Any] | None = None,
         tick_interval: float = 2.0, on_complete: Callable[[str], None] | None = None,
-        poll_interval: float = 0.1) -> RunResult:
+        poll: Callable[[], Any] | None = None, poll_interval: float = 0.1) -> RunResult:
     """Fetch ``files`` (Aria2File) with one aria2c; returns RunResult with an outcome per file key.
 
     ``workdir`` (ours, mode 0700) holds the input file, aria2's stdout and log, all removed before
     returning. ``tick()`` is called every ``tick_interval`` s while aria2 runs (progress);
     ``on_complete(key)`` as soon as aria2's log says a file finished (every ``poll_interval`` s), so
-    the caller can hash it while the others still download.
+    the caller can hash it while the others still download; ``poll()`` every ``poll_interval`` s while
+    aria2 runs, after the completions (the caller places the files whose hash is done). What any of
+    them raises stops aria2c (its partials and control files stay for the next run) and is raised.
     """
     os.makedirs(workdir, mode=0o700, exist_ok=True)
     input_file = os.path.join(workdir, "aria2-input.txt")
@@ -388,8 +407,12 @@ def run(files: Sequence[Aria2File], workdir: str, settings: Aria2Settings, *, ti
     argv = build_argv(settings.aria2c, input_file, log_file, **settings.tuning())
     try:
         proc = _start(argv, out_file)
-        _watch(proc, _Completions(files, log_file, on_complete), tick=tick, tick_interval=tick_interval,
-               poll_interval=poll_interval)
+        try:
+            _watch(proc, _Completions(files, log_file, on_complete), tick=tick, tick_interval=tick_interval,
+                   poll_interval=poll_interval, poll=poll)
+        except BaseException:
+            _stop(proc)  # not left running (it would write on into staging) behind the caller's error
+            raise
         stdout = _read(out_file)
         log_text = _read(log_file)
     finally:

@@ -9,8 +9,12 @@ Private to the collection: not a public API, may change without notice.
 ``Round`` is what ``transfer.Transfer`` runs until no file is pending: ``batches`` cuts the pending
 files (as many large files as aria2 fetches at once, small ones riding along), each batch is resolved
 through the transfer's source just before its aria2c starts, the source's ``direct`` files download
-beside it, each file is hashed as soon as aria2 says it is complete, then settled by aria2's outcome:
-placed, resumed next round, started over, or failed (with what the servers asked to wait).
+beside it, each file is hashed as soon as aria2 says it is complete and, once its hash matched, placed
+at once (``_place_verified``, from aria2's poll: in place and published to the peers while the batch's
+other files still download, so a host re-serves every file as soon as it has verified it). Once aria2
+has ended, every file of the batch is settled by aria2's outcome: the source credits and learns what
+each URI did (also for the files placed early), and each file not placed yet is placed, resumed next
+round, started over, or failed (with what the servers asked to wait).
 """
 
 from __future__ import annotations
@@ -85,6 +89,8 @@ class Round(object):
         self.wait_hint = 0.0  # what the servers asked us to wait before the next round
         self.batch: dict[str, _snapshot_plan.Item] = {}
         self.hashes: dict[str, Any] = {}
+        # content keys of the batch placed while its aria2c still ran (_place_verified)
+        self.early: set[str] = set()
         self.pool: ThreadPoolExecutor | None = None
         self.expires: dict[str, float | None] = {}
         self.res: dict[str, Resolution] = {}
@@ -189,6 +195,27 @@ class Round(object):
             return
         self.hashes[key] = self.pool.submit(_snapshot_staging.hash_staged, self.t.staged(item), item.remote)
 
+    def _place_verified(self) -> None:
+        """While aria2 runs (its poll, on the round's thread): place each file it reported complete whose
+        hash is done and matched, so it is in place and published (the source's ``placed``: a peer source
+        lists it in this host's peer-status) while the batch's other files still download. Only a file
+        aria2 is through with (its control file removed, as aria2 does right after it logs the file
+        complete), as long as the listing says, untouched since its hash (``same_stat``); any other is
+        left to ``_settle`` once aria2 has ended, as are a mismatch and a hash that raised."""
+        for key, future in self.hashes.items():
+            if key in self.early or not future.done() or future.exception() is not None:
+                continue
+            ok, digest, record = future.result()
+            item = self.batch[key]
+            staged = self.t.staged(item)
+            if not ok or os.path.lexists(staged + ".aria2") or not _manifest.same_stat(record, staged):
+                continue
+            if os.path.getsize(staged) != item.remote.size:
+                continue
+            item.sha256 = digest
+            self.early.add(key)
+            self._placed(item)
+
     def _aria2(self, batch: list[tuple[_snapshot_plan.Item, str]]) -> None:
         t = self.t
         # No checksum= for aria2: it would hash in its single thread after the transfer.
@@ -196,12 +223,14 @@ class Round(object):
                                  self.res[item.key].mirrors, self.res[item.key].header) for item, url in batch]
         self.batch = {item.key: item for item, url in batch}
         self.hashes = {}
+        self.early = set()
         self.pool = ThreadPoolExecutor(max_workers=t.hash_workers or _hashing.default_workers())
         mark = time.monotonic()
         try:
             result = _aria2.run(
                 jobs, os.path.join(t.staging, _snapshot_staging.ARIA2_WORKDIR), t.aria2,
-                tick=t.progress.write, tick_interval=PROGRESS_INTERVAL, on_complete=self._hash_later)
+                tick=t.progress.write, tick_interval=PROGRESS_INTERVAL, on_complete=self._hash_later,
+                poll=self._place_verified)
             mark = t.timings.took("aria2", mark)
             for item, dummy in batch:
                 if result.outcomes[item.key].status == "OK":
@@ -219,7 +248,11 @@ class Round(object):
                 # of several mirrors, the one that served the file to its end gets the credit (14b)
                 self.res[item.key] = self.res[item.key]._replace(origin=credited(self.res[item.key], result.uri_errors))
             inherited = item.key in t.inherited
-            self._settle(item, result.outcomes[item.key], hashed.get(item.key))
+            if item.key in self.early:
+                # placed while aria2 ran, credited now: of its mirrors, the one that served it to its end
+                self.t.origins[item.key] = self.res[item.key].origin
+            else:
+                self._settle(item, result.outcomes[item.key], hashed.get(item.key))
             mismatch = t.errors.get(item.remote.path) == MISMATCH and item.key in self.failed_keys
             if mismatch and inherited:
                 # bytes an earlier run left were resumed: nobody of this run is to blame, and the file

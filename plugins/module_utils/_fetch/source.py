@@ -20,7 +20,9 @@ A source (``transfer.HubSource``, ``peers.PeerSource``) is any object with
   (``direct``: up to ``parallel_files`` direct files, while the batch's aria2c runs);
 - ``pause()`` when it answered ``wait`` for some files (their owner still fetches them), and optionally
   ``dropped()``, the peers it stopped using, for the result, and ``placed(item)``, told once a file is
-  verified and in place (a peer source lists it in this host's peer-status).
+  verified and in place (a peer source lists it in this host's peer-status): for a file aria2 fetched,
+  as soon as its hash matched, while aria2 may still fetch the batch's others, so before the file's
+  ``credited`` and ``settled`` (which need aria2's final word on every URI, and still come for it).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ Private to the collection: not a public API, may change without notice.
 rounds (``rounds.Round``) over the pending files, batch by batch (``rounds.batches``: as many large
 files as aria2 fetches at once, small ones riding along): resolve the batch's files to URLs through a
 *source* just before the batch starts, so a signed URL is never minutes old when aria2 first uses
-it; fetch with one aria2c per batch, then settle each file by aria2's outcome. A failed file is
+it; fetch with one aria2c per batch, place each file as soon as aria2 finished it and its hash matched
+(while the batch's others still download), then settle each file by aria2's outcome. A failed file is
 retried in the next round with a fresh URL, after a backoff that honours the servers' Retry-After.
 
 A source is what ``source`` describes (``resolve``, ``download``, and optionally ``settled``,
@@ -254,7 +255,9 @@ class Transfer(object):
         self.inherited.discard(item.key)
         on_placed = getattr(self.source, "placed", None)
         if on_placed is not None:
-            on_placed(item)  # a peer source lists it in this host's peer-status: served from now on
+            # a peer source lists it in this host's peer-status: served from now on (maybe while the batch's
+            # aria2c still runs; the source's credited and settled come once it has ended)
+            on_placed(item)
 
     def _take_leftovers(self) -> None:
         # Before every round: what an earlier (possibly killed) aria2 left must not be taken on trust.

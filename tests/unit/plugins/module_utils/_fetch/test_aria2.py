@@ -189,6 +189,72 @@ def test_run_without_an_exit_code_to_blame(tmp_path):
     assert result.outcomes["k3"] == _aria2.FileOutcome("missing", None, "aria2 stopped before this file finished", None)
 
 
+# A stand-in for aria2c that reports k1 complete, then runs until the caller says (a file its poll creates:
+# an event, waited for in short naps) or forever without one; its pid in a file.
+WAITING = """#!%(python)s
+import os, sys, time
+opts = dict(arg[2:].split("=", 1) for arg in sys.argv[1:])
+with open(%(pid)r, "w") as handle:
+    handle.write(str(os.getpid()))
+with open(opts["log"], "a") as log:
+    log.write("2026-12-02 14:16:02.44 [NOTICE] [RequestGroup.cc:1214] Download complete: %(first)s\\n")
+while not os.path.exists(%(go)r):
+    time.sleep(0.01)
+print("000001|OK  |   3.1MiB/s|100|%(first)s")
+"""
+
+
+def waiting_stand_in(tmp_path):
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    script = tmp_path / "aria2c"
+    pid, go = tmp_path / "pid", tmp_path / "go"
+    script.write_text(WAITING % {"python": sys.executable, "pid": str(pid), "go": str(go), "first": str(staging / "k1")})
+    os.chmod(script, 0o755)
+    return str(script), str(staging), pid, go
+
+
+def test_run_polls_the_caller_while_aria2c_runs(tmp_path):
+    """poll(): the caller places what it verified while aria2c still runs (here: the poll that saw k1
+    complete lets the stand-in end)."""
+    aria2c, staging, pid, go = waiting_stand_in(tmp_path)
+    completed, polls = [], []
+
+    def poll():
+        polls.append(list(completed))
+        if completed:
+            go.write_text("")
+
+    result = _aria2.run(three_files(staging)[:1], str(tmp_path / "run"), settings(aria2c=aria2c),
+                        on_complete=completed.append, poll=poll)
+    assert result.outcomes["k1"].status == "OK" and polls[-1] == ["k1"]
+
+
+def test_what_poll_raises_stops_aria2c_and_is_raised(tmp_path):
+    aria2c, staging, pid, go = waiting_stand_in(tmp_path)
+    completed = []
+
+    def poll():
+        if completed:
+            raise _aria2.Aria2Error("the caller's error")
+
+    workdir = tmp_path / "run"
+    try:
+        _aria2.run(three_files(staging)[:1], str(workdir), settings(aria2c=aria2c), on_complete=completed.append,
+                   poll=poll)
+    except _aria2.Aria2Error as exc:
+        assert str(exc) == "the caller's error"
+    else:
+        raise AssertionError("poll's error must be raised")
+    assert not go.exists() and os.listdir(workdir) == []
+    try:
+        os.kill(int(pid.read_text()), 0)
+    except ProcessLookupError:
+        pass  # stopped (and reaped), not left running into staging
+    else:
+        raise AssertionError("aria2c was left running")
+
+
 def test_run_reports_an_aria2c_that_cannot_start(tmp_path):
     workdir = tmp_path / "run"
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 
 import pytest
 
@@ -267,6 +268,41 @@ def test_own_share_from_the_hub_the_rest_once_its_owner_publishes(lab_hub, seed,
     assert hub_files(lab_hub, listing) == set(mine)
     assert res["bytes_from_peers"] == sum(e["size"] for e in listing if e["path"] in theirs)
     assert_tree_verified(dest, listing)
+
+
+def test_a_file_is_published_as_soon_as_it_is_verified_while_its_batch_still_downloads(
+        lab_hub, seed, peers, tmp_path, monkeypatch):
+    """Issue 23: config.json and a shard in one batch (one aria2c); the peer stops the shard halfway until
+    this host's peer-status lists config.json (an event, not a timer): the small file is placed and
+    published while the shard still downloads, not once the batch's aria2c has ended."""
+    commit, listing, seed_dir = seed
+    chosen = [e for e in listing if e["path"] in ("config.json", SHARDS[0])]
+    size = {e["path"]: e["size"] for e in chosen}
+    listed_config = threading.Event()
+    peer = peers("gpu2", list(size), seed_dir, "127.0.0.3",
+                 gate={"path": SHARDS[0], "after": size[SHARDS[0]] // 2, "event": listed_config})
+    peer.status("done")
+    dest = tmp_path / "d"
+    seen = []
+    real_write = _peers.write_status
+
+    def write_status(where, state, failed=(), run=None, held=None):
+        real_write(where, state, failed, run=run, held=held)
+        if "config.json" in (held or {}) and not listed_config.is_set():
+            # what a peer reading this host's status now finds: config.json listed and in place, the shard not yet
+            seen.append((status_of(dest), peer.gate_done.is_set(), os.path.isfile(dest / "config.json"),
+                         os.path.exists(dest / SHARDS[0])))
+            listed_config.set()
+
+    monkeypatch.setattr(_peers, "write_status", write_status)
+    res = run(lab_hub, dest, connections=1, splits=1, timeout=120,
+              **peer_args(commit, chosen, ("gpu2", peer), hub_share=[]))
+    assert seen == [({"state": "fetching", "failed": [], "held": {"config.json": size["config.json"]}}, False, True, False)]
+    assert peer.gate_opened and peer.gate_done.is_set()
+    assert sorted(r["source"] for r in res["files"]) == ["peer:gpu2", "peer:gpu2"]
+    assert res["from_peers"] == {"gpu2": sum(size.values())} and hub_files(lab_hub, listing) == set()
+    assert status_of(dest) == {"state": "done", "failed": [], "held": size}
+    assert_tree_verified(dest, chosen)
 
 
 # this host's name (peer_name) seeds its order of the peers: with BAD_FIRST the corrupt peer is the first
