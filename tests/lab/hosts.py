@@ -369,6 +369,28 @@ def prepare_guest(name: str, merged: Path, index_by_name: dict[str, str], pubkey
     auth = sshdir / "authorized_keys"
     auth.write_text(pubkey.strip() + "\n")
     auth.chmod(0o600)
+    install_pyc_cache(merged)
+
+
+def pyc_cache_source() -> Path:
+    return HERE / "hostpy" / "gpufleet_lab_pyc.py"
+
+
+def install_pyc_cache(merged: Path) -> None:
+    """Every Python on the host built on the system interpreter (the system one, the model role's
+    tools venv, the SGLang venv) keeps the bytecode of Ansible's module payloads: a lab-only speed-up,
+    tests/lab/hostpy/gpufleet_lab_pyc.py says why and what it leaves alone. The file goes into the
+    standard library's directory, which venvs share, and Debian's sitecustomize imports it."""
+    stdlib = [d for d in sorted((merged / "usr/lib").glob("python3.*")) if (d / "os.py").is_file()]
+    if len(stdlib) != 1:
+        raise LabError(f"expected one Python standard library in the rootfs, found {[d.name for d in stdlib]}")
+    shutil.copyfile(pyc_cache_source(), stdlib[0] / "gpufleet_lab_pyc.py")
+    hook = merged / "etc" / stdlib[0].name / "sitecustomize.py"
+    line = "import gpufleet_lab_pyc  # the lab's payload bytecode cache (tests/lab/hosts.py)\n"
+    text = hook.read_text() if hook.is_file() else ""
+    if line not in text:
+        hook.parent.mkdir(parents=True, exist_ok=True)
+        hook.write_text(text + ("" if not text or text.endswith("\n") else "\n") + line)
 
 
 # ---------------------------------------------------------------- cgroups

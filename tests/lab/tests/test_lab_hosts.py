@@ -96,6 +96,21 @@ def test_sglang_venv_imports(lab, host):
 
 
 @pytest.mark.parametrize("host", HOSTS)
+def test_payload_bytecode_cache_in_every_python_of_the_host(lab, host):
+    """The lab-only bytecode cache for module payloads (tests/lab/hostpy/gpufleet_lab_pyc.py) is loaded
+    by the system Python and by venvs made from it (the model role's tools venv runs hf_snapshot and
+    model_verify), through the standard library's directory and Debian's sitecustomize."""
+    code = "import zipimport; print(zipimport._compile_source.__module__)"
+    assert ok(lab, host, f'python3 -c "{code}"').strip() == "gpufleet_lab_pyc"
+    venv = "/tmp/gflab-pyc-venv"
+    out = ok(lab, host, f'rm -rf {venv} && python3 -m venv --without-pip {venv} && {venv}/bin/python -c "{code}"; '
+                        f'rm -rf {venv}')
+    assert out.strip() == "gpufleet_lab_pyc"
+    if lab.get("sglang_installed"):
+        assert ok(lab, host, f'{lab["sglang_python"]} -c "{code}"').strip() == "gpufleet_lab_pyc"
+
+
+@pytest.mark.parametrize("host", HOSTS)
 def test_no_route_out(lab, host):
     assert ok(lab, host, "ip -4 route show default").strip() == ""
     assert ok(lab, host, "ip -6 route show default").strip() == ""
