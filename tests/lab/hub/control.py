@@ -175,8 +175,12 @@ class LabControl:
                 self._total_bucket = TokenBucket(rate)
             return self._total_bucket
 
-    def reset(self):
+    def reset(self, settle: float = 2.0):
+        """Back to the start-up config, no faults, an empty log. The requests whose response has
+        already ended (``finishing``) record first, as ``get_log`` waits for them: else the entry of a
+        request answered before the reset (a HEAD the client has seen) lands in the log after it."""
         with self.lock:
+            self._settled.wait_for(lambda: self._finishing <= 0, timeout=settle)
             self.config = dict(self.base_config)
             self.rules = []
             self.log = []
