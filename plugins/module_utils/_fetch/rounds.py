@@ -200,8 +200,9 @@ class Round(object):
         hash is done and matched, so it is in place and published (the source's ``placed``: a peer source
         lists it in this host's peer-status) while the batch's other files still download. Only a file
         aria2 is through with (its control file removed, as aria2 does right after it logs the file
-        complete), as long as the listing says, untouched since its hash (``same_stat``); any other is
-        left to ``_settle`` once aria2 has ended, as are a mismatch and a hash that raised."""
+        complete), untouched since its hash (``same_stat``: the size the hash found as long as the listing
+        says is part of the record); any other is left to ``_settle`` once aria2 has ended, as are a
+        mismatch and a hash that raised."""
         for key, future in self.hashes.items():
             if key in self.early or not future.done() or future.exception() is not None:
                 continue
@@ -209,8 +210,6 @@ class Round(object):
             item = self.batch[key]
             staged = self.t.staged(item)
             if not ok or os.path.lexists(staged + ".aria2") or not _manifest.same_stat(record, staged):
-                continue
-            if os.path.getsize(staged) != item.remote.size:
                 continue
             item.sha256 = digest
             self.early.add(key)
