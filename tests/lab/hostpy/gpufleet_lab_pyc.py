@@ -12,8 +12,6 @@ payload). What a module does does not change; only where its bytecode comes from
 plain imports and the SGLang venv (no system site-packages) are untouched. Never part of the
 collection: real hosts compile as Ansible makes them.
 """
-import hashlib
-import importlib.util
 import marshal
 import os
 import sys
@@ -29,6 +27,9 @@ def _with_filename(code, filename):
 
 
 def _key(source):
+    # imported here, on a payload's first compile, not at start-up: every Python on the host imports this file
+    import hashlib  # pylint: disable=import-outside-toplevel
+    import importlib.util  # pylint: disable=import-outside-toplevel
     return hashlib.sha256(importlib.util.MAGIC_NUMBER + bytes([sys.flags.optimize]) + b"\0" + source).hexdigest()
 
 
