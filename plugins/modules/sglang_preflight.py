@@ -24,8 +24,9 @@ description:
     C(DFLASHX) parses)."
   - "A key accepted only as an abbreviation of a longer option (argparse prefix matching, for example C(tp) for
     C(tp-size)) is a warning."
-  - "When the parser accepts the config, a second run judges part of what SGLang 0.5.23 refuses only at START,
-    with SGLang's own code, in the environment of O(environment). It runs SGLang's whole speculative-decoding step,
+  - "When the parser accepts the config, the same run of O(python) (SGLang is imported once for both) goes on
+    to judge part of what SGLang 0.5.23 refuses only at START, with SGLang's own code, in the environment of
+    O(environment). It runs SGLang's whole speculative-decoding step,
     C(handle_speculative_decoding) of C(sglang/srt/arg_groups/speculative_hook.py), through which DFLASH reaches
     C(_handle_dflash) (rules V(spec-draft-sink), V(spec-draft-window), V(spec-dp-prefill-coordination),
     V(spec-block-verification), V(dflash-device), V(dflash-dp-attention), V(dflash-pp-size), V(dflash-draft-path),
@@ -74,8 +75,8 @@ options:
     description:
       - "The server unit's environment (the C(sglang) role passes C(sglang_environment)), applied to both checks:
         SGLang reads some start-time switches from it, C(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN) among them.
-        The start-time check drops every other C(SGLANG_*) variable it inherits (the SSH session's), as the unit
-        has only its C(EnvironmentFile)."
+        The run drops every other C(SGLANG_*) variable it inherits (the SSH session's) before SGLang is imported,
+        as the unit has only its C(EnvironmentFile)."
       - "Names and values as the unit's C(EnvironmentFile) takes them: a null value drops the variable; a list,
         a dict, a line break or a name that is not a variable name fails, naming it."
       - "Values never appear in the output: the invocation shows the names only, and the values of secret-looking

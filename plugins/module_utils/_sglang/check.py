@@ -40,9 +40,13 @@ import sys
 import traceback
 from typing import Any, Callable
 
-if __name__ == "__main__":
-    # Run as a script by SGLang's interpreter (fed on stdin, or by path), where the collection is
-    # not importable: the collection's mask, spelt out. test_sglang_check pins it to _secrets.MASK.
+# The module name the gate's one run (start_check.gate_source) gives this file's source.
+GATE_NAME = "_gpufleet_sglang_gate_check"
+
+if __name__ in ("__main__", GATE_NAME):
+    # Run as a script by SGLang's interpreter (fed on stdin, or by path, or by the gate's bootstrap),
+    # where the collection is not importable: the collection's mask, spelt out. test_sglang_check pins
+    # it to _secrets.MASK.
     MASK = "********"
 else:
     from ansible_collections.gpufleet.llm.plugins.module_utils._common.failure import ModuleFailure
@@ -124,12 +128,8 @@ def argument_spec() -> dict[str, dict[str, Any]]:
     )
 
 
-def run(params: dict[str, Any], *, run_command: Callable[..., tuple], warn: Callable[[str], None]) -> dict[str, Any]:
-    """sglang_preflight: run the checker with ``params["python"]`` and return its answer.
-
-    ``run_command`` is AnsibleModule.run_command's signature (argv, data=, binary_data=, cwd=).
-    Raises ModuleFailure when the checker cannot run or SGLang rejects the config.
-    """
+def preconditions(params: dict[str, Any]) -> dict[str, Any]:
+    """The failure fields of a run, once ``python`` and ``config`` are there; ModuleFailure when not."""
     config, python = params["config"], params["python"]
     base = dict(changed=False, ok=False, config=config, python=python, problems=[], notices=[])
     if not (os.path.isfile(python) and os.access(python, os.X_OK)):
@@ -137,12 +137,15 @@ def run(params: dict[str, Any], *, run_command: Callable[..., tuple], warn: Call
                             "is installed in, for example /opt/sglang/<version>/bin/python" % python, **base)
     if not os.path.isfile(config):
         raise ModuleFailure("config %s does not exist on this host; stage the rendered YAML first" % config, **base)
-    # cwd /: `python -` puts the working directory first on sys.path, and a stray sglang/ or yaml.py
-    # there must not stand in for the installed ones.
-    # The unit's environment (SGLang reads some of its defaults from it), only when one is given.
-    extra = dict(environ_update=params["environment"]) if params.get("environment") else {}
-    rc, out, err = run_command(command(python, config, params["expect_version"]), data=script_source(),
-                               binary_data=True, cwd="/", **extra)
+    return base
+
+
+def judge(rc: int, out: str, err: str, base: dict[str, Any], warn: Callable[[str], None]) -> dict[str, Any]:
+    """The checker's answer read from a run's output, as the module returns it.
+
+    Raises ModuleFailure when there is no answer, SGLang cannot be imported or it rejects the config.
+    """
+    config, python = base["config"], base["python"]
     try:
         result = read_result(rc, out, err, python)
     except CheckerError as exc:
@@ -156,6 +159,23 @@ def run(params: dict[str, Any], *, run_command: Callable[..., tuple], warn: Call
     if not result["ok"]:
         raise ModuleFailure(failure_message(result), **result)
     return result
+
+
+def run(params: dict[str, Any], *, run_command: Callable[..., tuple], warn: Callable[[str], None]) -> dict[str, Any]:
+    """The parser check alone, in its own run of ``params["python"]``: its answer.
+
+    ``run_command`` is AnsibleModule.run_command's signature (argv, data=, binary_data=, cwd=).
+    Raises ModuleFailure when the checker cannot run or SGLang rejects the config. (sglang_preflight
+    runs this check and the start-time rules in one interpreter: ``start_check.run``.)
+    """
+    base = preconditions(params)
+    # cwd /: `python -` puts the working directory first on sys.path, and a stray sglang/ or yaml.py
+    # there must not stand in for the installed ones.
+    # The unit's environment (SGLang reads some of its defaults from it), only when one is given.
+    extra = dict(environ_update=params["environment"]) if params.get("environment") else {}
+    rc, out, err = run_command(command(params["python"], params["config"], params["expect_version"]),
+                               data=script_source(), binary_data=True, cwd="/", **extra)
+    return judge(rc, out, err, base, warn)
 
 
 # --- the script's half: runs under the interpreter that has SGLang -------------------------------
@@ -383,7 +403,8 @@ def check(config, expect_version=None):
     return result
 
 
-def main(argv):
+def parse_argv(argv):
+    """(config, expect_version) from the script's arguments, or None when they are not that."""
     args = list(argv)
     expect_version = None
     if "--expect-version" in args:
@@ -391,11 +412,22 @@ def main(argv):
         expect_version = args[i + 1] if i + 1 < len(args) else None
         del args[i:i + 2]
     if len(args) != 1:
+        return None
+    return args[0], expect_version
+
+
+def answer(result, marker=MARKER):
+    """Print the answer line the module reads (read_result)."""
+    sys.stdout.write("\n" + marker + json.dumps(result, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv):
+    parsed = parse_argv(argv)
+    if parsed is None:
         sys.stderr.write("usage: python _sglang_check.py CONFIG.yaml [--expect-version V]\n")
         return 2
-    result = check(args[0], expect_version)
-    sys.stdout.write("\n" + MARKER + json.dumps(result, sort_keys=True, default=str) + "\n")
-    sys.stdout.flush()
+    answer(check(*parsed))
     return 0
 
 

@@ -60,7 +60,10 @@ import sys
 import types
 from typing import Any
 
-if __name__ != "__main__":
+# The module name the gate's one run (gate_source) gives this file's source.
+GATE_NAME = "_gpufleet_sglang_gate_start_check"
+
+if __name__ not in ("__main__", GATE_NAME):
     from typing import Callable
 
     from ansible_collections.gpufleet.llm.plugins.module_utils._sglang import check as _sglang_check
@@ -163,16 +166,50 @@ PINS = (
 # --- the module's half ---------------------------------------------------------------------------
 
 def script_source() -> bytes:
-    """This file's bytes, to feed to ``<python> -``."""
+    """This file's bytes, to feed to ``<python> -`` (the start-time rules alone, as the tests run them)."""
     return _sglang_check.file_source(globals().get("__loader__"), __file__)
 
 
 def command(python: str, config: str, names: Any = ()) -> list[str]:
-    """argv of the start-rule run: the script comes on stdin, the environment in the process's own.
+    """argv of the start-rule run alone: the script comes on stdin, the environment in the process's own.
 
     ``names``: the environment option's variables; the script drops every other inherited SGLANG_*.
     """
     return [python, "-", config] + sorted(names)
+
+
+# The gate's one run: both files' sources, then this bootstrap (argv: gate_command's).
+_GATE_BOOTSTRAP = b"""
+import sys
+import types
+
+
+def _load(name, source):
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(source, "<%s>" % name, "exec"), module.__dict__)
+    return module
+
+
+raise SystemExit(_load(START_NAME, START).gate_main(sys.argv[1:], _load(CHECK_NAME, CHECK)))
+"""
+
+
+def gate_source() -> bytes:
+    """What sglang_preflight feeds to ``<python> -``: the parser check and the start-time rules in one
+    interpreter, so SGLang (and torch, which it imports) is imported once per gate, not twice.
+
+    Both files' own bytes, each run as a module of its own (``GATE_NAME``), then ``gate_main``."""
+    return (b"# gpufleet.llm sglang_preflight: SGLang's parser check, then its start-time rules\n"
+            + b"CHECK_NAME = '%s'\nCHECK = %r\n" % (_sglang_check.GATE_NAME.encode(), _sglang_check.script_source())
+            + b"START_NAME = '%s'\nSTART = %r\n" % (GATE_NAME.encode(), script_source())
+            + _GATE_BOOTSTRAP)
+
+
+def gate_command(python: str, config: str, expect_version: str | None, names: Any = ()) -> list[str]:
+    """argv of the gate's one run: ``_sglang_check.command``'s, then ``--keep`` and the environment
+    option's variable names (the run drops every other inherited SGLANG_* before SGLang is imported)."""
+    return _sglang_check.command(python, config, expect_version) + ["--keep"] + sorted(names)
 
 
 def environment(params: dict[str, Any]) -> dict[str, str]:
@@ -193,17 +230,20 @@ def secret_values(variables: dict[str, str]) -> list[str]:
 
 
 def run(params: dict[str, Any], *, run_command: Callable[..., tuple], warn: Callable[[str], None]) -> dict[str, Any]:
-    """sglang_preflight: the parser check (``_sglang_check.run``), then SGLang's start-time rules.
+    """sglang_preflight: the parser check (``_sglang_check``), then SGLang's start-time rules, in one run
+    of ``params["python"]`` (``gate_source``) with the unit's environment.
 
-    Both run with the unit's environment. Raises ModuleFailure when either refuses the config;
-    a start-rule run that cannot complete (another SGLang version) is a warning, not a pass in silence.
+    Raises ModuleFailure when either refuses the config; a start-rule run that cannot complete
+    (another SGLang version) is a warning, not a pass in silence.
     """
     variables = environment(params)
-    params = dict(params, environment=variables)
-    result = _sglang_check.run(params, run_command=run_command, warn=warn)
+    base = _sglang_check.preconditions(params)
     python, config = params["python"], params["config"]
-    rc, out, err = run_command(command(python, config, variables), data=script_source(), binary_data=True, cwd="/",
-                               environ_update=variables)
+    # cwd /: `python -` puts the working directory first on sys.path, and a stray sglang/ or yaml.py
+    # there must not stand in for the installed ones.
+    rc, out, err = run_command(gate_command(python, config, params["expect_version"], variables), data=gate_source(),
+                               binary_data=True, cwd="/", environ_update=variables)
+    result = _sglang_check.judge(rc, out, err, base, warn)
     try:
         start = _sglang_check.read_result(rc, out, err, python, marker=RESULT_MARKER)
     except _sglang_check.CheckerError as exc:
@@ -648,15 +688,42 @@ def _drop_inherited(keep: list[str]) -> None:
         del os.environ[name]
 
 
+def _answer(result: dict[str, Any]) -> None:
+    sys.stdout.write("\n" + RESULT_MARKER + json.dumps(result, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def gate_main(argv: list[str], parser_check: Any) -> int:
+    """The gate's one run (``gate_source``): ``CONFIG [--expect-version V] --keep [KEPT_VARIABLE...]``.
+
+    ``parser_check``: _sglang_check's script half. Its answer comes first; the start-time rules run,
+    in the same interpreter, only when the parser accepted the config (as two runs did before).
+    """
+    if "--keep" not in argv:
+        sys.stderr.write("usage: <python> - CONFIG.yaml [--expect-version V] --keep [KEPT_VARIABLE...]\n")
+        return 2
+    at = argv.index("--keep")
+    parsed = parser_check.parse_argv(argv[:at])
+    if parsed is None:
+        sys.stderr.write("usage: <python> - CONFIG.yaml [--expect-version V] --keep [KEPT_VARIABLE...]\n")
+        return 2
+    # Before anything imports sglang, whose envs read the variables: the parser check runs with the
+    # unit's environment too.
+    _drop_inherited(argv[at + 1:])
+    result = parser_check.check(*parsed)
+    parser_check.answer(result)
+    if result.get("ok") and not result.get("import_error"):
+        _answer(check(parsed[0]))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         sys.stderr.write("usage: python _sglang_start_check.py CONFIG.yaml [KEPT_VARIABLE...]\n")
         return 2
     # Before anything imports sglang, whose envs read the variables.
     _drop_inherited(argv[1:])
-    result = check(argv[0])
-    sys.stdout.write("\n" + RESULT_MARKER + json.dumps(result, sort_keys=True, default=str) + "\n")
-    sys.stdout.flush()
+    _answer(check(argv[0]))
     return 0
 
 

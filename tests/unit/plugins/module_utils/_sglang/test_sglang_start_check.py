@@ -223,6 +223,61 @@ def test_forked_run_answers_as_a_fresh_interpreter(sglang_python, tmp_path, monk
     assert [p.split(" ", 1)[0] for p in run_start(sglang_python, config, names=[])["problems"]] == ["draft-context-length"]
 
 
+def run_gate(python, config, env=None, names=None, fresh=False):
+    """The gate's one run as sglang_preflight makes it (gate_source, gate_command), inherited SGLANG_*
+    variables as in run_start: (the parser check's answer, the start rules' answer or None)."""
+    environ = dict((k, v) for k, v in os.environ.items() if names is not None or not k.startswith("SGLANG_"))
+    environ.update(env or {})
+    names = list(env or {}) if names is None else names
+    run = fresh_run if fresh else forked_run
+    rc, out, err = run(st.gate_command(python, config, SGLANG_VERSION, names), st.gate_source(), environ, cwd="/",
+                       timeout=300)
+    assert cfg.API_KEY not in out + err and rc == 0, (rc, err[-2000:])
+    parsed = _sglang_check.read_result(rc, out, err, python)
+    if st.RESULT_MARKER not in out:
+        return parsed, None
+    return parsed, _sglang_check.read_result(rc, out, err, python, marker=st.RESULT_MARKER)
+
+
+def run_parser_check(python, config, env=None):
+    """The parser check alone, in its own run, as _sglang_check.run makes it."""
+    environ = dict((k, v) for k, v in os.environ.items() if not k.startswith("SGLANG_"))
+    environ.update(env or {})
+    rc, out, err = forked_run(_sglang_check.command(python, config, SGLANG_VERSION), _sglang_check.script_source(),
+                              environ, cwd="/", timeout=300)
+    return _sglang_check.read_result(rc, out, err, python)
+
+
+def test_the_gates_one_run_answers_what_the_two_runs_answer(sglang_python, tmp_path, monkeypatch):
+    # sglang_preflight runs both checks in one interpreter (SGLang imported once): each answer must be
+    # what its own run answers, and the start rules must not run on a config the parser refused.
+    target, draft = models(tmp_path / "models", drafter_len=4096)
+    short = cfg.write(str(tmp_path), "kimi", config_text(target, draft))
+    good_target, good_draft = models(tmp_path / "good")
+    good = cfg.write(str(tmp_path), "good", config_text(good_target, good_draft))
+    misspelt = cfg.write(str(tmp_path), "misspelt", config_text(good_target, good_draft, speculativ_num_steps=3))
+    for config, env in ((good, None), (short, None), (short, ALLOW)):
+        parsed, started = run_gate(sglang_python, config, env=env)
+        assert parsed == run_parser_check(sglang_python, config, env) and parsed["ok"], parsed
+        assert started == run_start(sglang_python, config, env=env), (config, env)
+    assert [p.split(" ", 1)[0] for p in run_gate(sglang_python, short)[1]["problems"]] == ["draft-context-length"]
+    parsed, started = run_gate(sglang_python, misspelt)
+    assert parsed == run_parser_check(sglang_python, misspelt) and started is None
+    assert not parsed["ok"] and "speculativ-num-steps" in " ".join(parsed["problems"])
+    # An inherited variable of the SSH session is dropped before SGLang is imported, unless the
+    # environment option names it; in a new interpreter, exactly as a host runs it.
+    monkeypatch.setenv(st.ALLOW_LONGER, "1")
+    assert [p.split(" ", 1)[0] for p in run_gate(sglang_python, short, names=[], fresh=True)[1]["problems"]] \
+        == ["draft-context-length"]
+    assert run_gate(sglang_python, short, env=ALLOW, names=[st.ALLOW_LONGER])[1]["problems"] == []
+
+
+def test_gate_main_usage(capsys):
+    assert st.gate_main(["/c.yaml"], _sglang_check) == 2
+    assert st.gate_main(["/c.yaml", "/d.yaml", "--keep"], _sglang_check) == 2
+    assert "usage" in capsys.readouterr().err
+
+
 FAKE_TRANSFORMERS = '''"""A FAKE transformers written by test_sglang_start_check: AutoConfig.for_model's call shape only."""
 import sys
 import types
@@ -426,26 +481,43 @@ def test_secret_values():
 
 def _scripted(answers, calls):
     def run_command(argv, data=None, binary_data=False, cwd=None, environ_update=None):
-        calls.append(dict(data=data, environ_update=environ_update))
+        calls.append(dict(argv=argv, data=data, environ_update=environ_update, cwd=cwd))
         return 0, answers[len(calls) - 1], ""
     return run_command
 
 
-def _answers(start_answer):
-    parsed = dict(ok=True, version="0.5.23", options={}, problems=[], notices=[], import_error=None)
-    return ["%s%s\n" % (_sglang_check.MARKER, json.dumps(parsed)), "%s%s\n" % (st.RESULT_MARKER, json.dumps(start_answer))]
+def _answers(start_answer, parsed=None):
+    """The gate's one run's output: the parser check's answer, then the start rules' (None: not run)."""
+    parsed = parsed or dict(ok=True, version="0.5.23", options={}, problems=[], notices=[], import_error=None)
+    out = "SGLang's import noise\n%s%s\n" % (_sglang_check.MARKER, json.dumps(parsed))
+    if start_answer is not None:
+        out += "%s%s\n" % (st.RESULT_MARKER, json.dumps(start_answer))
+    return [out]
 
 
-def test_run_applies_the_environment_to_both_checks(tmp_path):
+def test_run_is_one_interpreter_for_both_checks_with_the_environment(tmp_path):
     config = cfg.write(str(tmp_path), "good", cfg.GOOD)
     calls, warnings = [], []
     answer = dict(problems=[], checked=["context-length"], skipped=[], resolved={}, error=None)
-    params = dict(config=config, python=sys.executable, expect_version=None, environment={st.ALLOW_LONGER: 1})
+    params = dict(config=config, python=sys.executable, expect_version="0.5.23", environment={st.ALLOW_LONGER: 1})
     result = st.run(params, run_command=_scripted(_answers(answer), calls), warn=warnings.append)
-    assert [c["environ_update"] for c in calls] == [{st.ALLOW_LONGER: "1"}] * 2
-    assert calls[0]["data"] == _sglang_check.script_source() and calls[1]["data"] == st.script_source()
+    assert calls == [dict(argv=[sys.executable, "-", config, "--expect-version", "0.5.23", "--keep", st.ALLOW_LONGER],
+                          data=st.gate_source(), environ_update={st.ALLOW_LONGER: "1"}, cwd="/")]
     assert result["ok"] and result["start"]["checked"] == ["context-length"] and warnings == []
-    assert result["environment"] == [st.ALLOW_LONGER]
+    assert result["environment"] == [st.ALLOW_LONGER] and result["version"] == "0.5.23"
+
+
+def test_run_stops_at_the_parser_check_of_the_one_run(tmp_path):
+    config = cfg.write(str(tmp_path), "good", cfg.GOOD)
+    params = dict(config=config, python=sys.executable, expect_version=None, environment={})
+    rejected = dict(ok=False, version="0.5.23", options={}, problems=["speculativ-num-steps: unknown"], notices=[],
+                    import_error=None)
+    with pytest.raises(ModuleFailure) as exc:
+        st.run(params, run_command=_scripted(_answers(None, rejected), []), warn=None)
+    assert "1 problem(s): speculativ-num-steps: unknown" in exc.value.msg and "start" not in exc.value.fields
+    with pytest.raises(ModuleFailure) as exc:
+        st.run(params, run_command=_scripted(["no answer at all\n"], []), warn=None)
+    assert "ended (exit 0) without a result: no answer at all" in exc.value.msg
 
 
 def test_run_refuses_on_a_start_rule_and_warns_when_it_cannot_check(tmp_path):
