@@ -40,6 +40,25 @@ must_fail() {
 }
 expect_in() { grep -qE -- "$2" "$1" || { sed -n '/fatal\|FAILED\|msg/p' "$1" | tail -20; echo "expected /$2/ in the output" >&2; exit 1; }; }
 OUT=$LAB_TMP/out
+# hub_api [SINCE]: with SINCE, the lab Hub API requests this target's hosts made after log entry SINCE,
+# one "METHOD PATH" a line (query dropped); without, the last entry's seq. The Hub is shared by the
+# lanes of make test, so requests are told apart by client address (the lab's own log: tests/lab/hub).
+hub_api() {
+    python3 - "$INVENTORY" "${1:-}" <<'PY'
+import json, re, sys, urllib.request
+text = open(sys.argv[1]).read()
+hosts = set(re.findall(r"ansible_host=(\S+)", text))
+hub = re.search(r"lab_hub_endpoint=(\S+)", text).group(1)
+since = int(sys.argv[2] or 0)
+with urllib.request.urlopen("%s/_lab/log?since=%d&server=api" % (hub, since), timeout=60) as answer:
+    log = json.load(answer)
+if not sys.argv[2]:
+    print(max([e["seq"] for e in log] + [0]))
+for entry in log if sys.argv[2] else ():
+    if entry["client"].rsplit(":", 1)[0] in hosts:
+        print(entry["method"], entry["path"])
+PY
+}
 
 # scenario NAME: the scenario in scenario_NAME.sh, sourced here (it sees every variable and function
 # above and the state S* so far). SGLANG_ROLE_ONLY="a b" runs the fresh deploy (1.) and then only
@@ -100,7 +119,15 @@ fi
 
 if ! rollback_part; then
     echo "== 2. the same deploy again: changed=0, same MainPID and start time"
+    SEQ=$(hub_api)
     play 0 gpufleet.llm.deploy
+    # The pin asks the Hub once per model for the revision's commit; the stage uses that commit
+    # (before, it asked the Hub for it a second time).
+    hub_api "$SEQ" > "$LAB_TMP/hub-api"
+    for repo in gpufleet-lab/Kimi-K2.6-mini gpufleet-lab/Kimi-K2.6-mini-DFlash; do
+        n=$(grep -c "^GET /api/models/$repo/revision/" "$LAB_TMP/hub-api" || true)
+        [ "$n" = 1 ] || { sort "$LAB_TMP/hub-api" | uniq -c; echo "$repo: $n revision lookups in a no-op deploy (expected 1)" >&2; exit 1; }
+    done
     S2=$(state)
     [ "$S1" = "$S2" ] || { echo "the server changed on a no-op deploy:"; echo "$S1"; echo "$S2"; exit 1; }
 
