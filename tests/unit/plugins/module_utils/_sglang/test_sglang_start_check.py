@@ -448,16 +448,17 @@ def test_pins_fail_on_a_different_rule(sglang_python, tmp_path):
 
 
 def test_from_source_runs_sglangs_own_function(sglang_python, tmp_path):
-    # get_context_length compiled from the installed file, in SGLang's interpreter.
-    code = ("import os, sys, types, sglang; sys.argv = ['x']; ns = {'__name__': 'x'}; "
-            "exec(compile(open(%r).read().replace('if __name__ != \"__main__\":', 'if False:')"
-            ".replace('if __name__ == \"__main__\":', 'if False:'), 'x', 'exec'), ns); "
+    # get_context_length compiled from the installed file, in SGLang's interpreter: the file run as the
+    # gate's bootstrap runs it (its script half, under GATE_NAME), where the collection is not importable.
+    code = ("import os, sys, types, sglang; ns = {'__name__': %r}; "
+            "exec(compile(open(%r).read(), 'x', 'exec'), ns); "
             "f = ns['_from_source'](os.path.dirname(sglang.__file__), ns['SOURCES']['context'], ('get_context_length',))"
             "['get_context_length']; "
             "print(f(types.SimpleNamespace(max_position_embeddings=4096, rope_scaling={'factor': 4.0})), "
-            "f(types.SimpleNamespace()))" % st.__file__)
+            "f(types.SimpleNamespace()))" % (st.GATE_NAME, st.__file__))
+    environ = dict((k, v) for k, v in os.environ.items() if k != "PYTHONPATH")
     out = subprocess.run([sglang_python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300,
-                         check=False, cwd="/")
+                         check=False, cwd="/", env=environ)
     assert out.stdout.decode().split() == ["16384", "2048"], out.stderr.decode()[-2000:]
 
 
