@@ -8,16 +8,17 @@ Private to the collection: not a public API, may change without notice.
 
 This file has two lives:
 
-* imported by the module (under Ansible's interpreter, which need not have SGLang): ``run()``
-  (with ``argument_spec()``, ``command()``, ``script_source()`` and ``read_result()``) runs the
-  checker and reads its answer;
-* run as a script by the interpreter that has SGLang (the module feeds this very file to
-  ``<python> - <config>`` on stdin, tests run it by path): ``check()`` builds SGLang's own server
-  argument parser, merges the YAML with SGLang's own ``ConfigArgumentMerger`` exactly as
+* imported by the module (under Ansible's interpreter, which need not have SGLang): ``preconditions()``,
+  ``judge()`` and ``read_result()`` read the checker's answer (``run()``, with ``command()`` and
+  ``script_source()``, runs this check alone);
+* run as a script by the interpreter that has SGLang (the module feeds this very file's bytes,
+  inside ``start_check.gate_source``'s bundle, to ``<python> -`` on stdin, where it runs as the
+  module ``GATE_NAME``; tests also run it alone, on stdin or by path): ``check()`` builds SGLang's
+  own server argument parser, merges the YAML with SGLang's own ``ConfigArgumentMerger`` exactly as
   ``sglang.srt.server_args.prepare_server_args`` does, parses, and checks the speculative algorithm
   against ``SpeculativeAlgorithm``. It stops there; what SGLang refuses only at start (DFlash
-  rules, the drafter's config, context lengths) is ``_sglang_start_check``'s second run, made when
-  this one passes. Nothing is started.
+  rules, the drafter's config, context lengths) is ``start_check``'s, which the same run goes on
+  to when this one passes. Nothing is started.
 
 So the script half may import only the standard library at module level (SGLang and PyYAML are
 imported inside ``check``; the collection's own modules only when this file is imported, not run),

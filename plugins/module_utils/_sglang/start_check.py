@@ -6,11 +6,12 @@
 
 Private to the collection: not a public API, may change without notice.
 
-Like ``_sglang_check`` this file has two lives. Imported by the module it only builds the command
-and reads the answer (``command()``, ``script_source()``, ``RESULT_MARKER``); fed to
-``<python> - <config>`` on stdin of the interpreter that has SGLang, with the unit's environment
-applied to that process, ``check()`` runs SGLang 0.5.23's own code on the parsed config. What it
-judges, and only that:
+Like ``_sglang_check`` this file has two lives. Imported by the module it builds the gate's one run
+and reads both answers (``run()``, ``gate_source()``, ``gate_command()``, ``RESULT_MARKER``); run by
+the interpreter that has SGLang (inside ``gate_source``'s bundle on stdin, as the module
+``GATE_NAME``, after ``_sglang_check``'s parser check passed in the same process; tests also feed it
+alone to ``<python> - <config>``), with the unit's environment applied to that process, ``check()``
+runs SGLang 0.5.23's own code on the parsed config. What it judges, and only that:
 
 * ``handle_speculative_decoding`` (``srt/arg_groups/speculative_hook.py``), SGLang's whole
   speculative-decoding step, through SGLang's ``run_hook`` as ``run_resolution_pipeline`` runs it on
