@@ -3,7 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The acceptance table: config -> preflight verdict -> SGLang 0.5.23's verdict, every row agreeing.
 
-The preflight's verdict is _sglang_start_check run as the module runs it; SGLang's comes from
+The preflight's verdict is the gate's one run as the module makes it (start_check.gate_source: the
+parser check, then the start-time rules, in one interpreter); SGLang's comes from
 sglang_reference.py, which runs SGLang's own start-time code in the lab venv and shares no code
 with the preflight. The table in docs/sglang_preflight.md is this test's output: when a row
 changes, the test fails and prints the table to paste there.
@@ -19,7 +20,7 @@ from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures i
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures.sglang_env import (  # noqa: F401 pylint: disable=unused-import
     ROOT, sglang_python)
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils._sglang.test_sglang_start_check import (
-    config_text, models, run_start)
+    config_text, models, run_gate)
 
 REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "sglang_reference.py")
 DOC = os.path.join(ROOT, "docs", "sglang_preflight.md")
@@ -89,7 +90,8 @@ def test_preflight_agrees_with_sglang(sglang_python, tmp_path):
         root = tmp_path / str(i)
         target, draft = models(root / "models", **models_kw)
         config = cfg.write(str(root), "row", config_text(target, draft, **options))
-        start = run_start(sglang_python, config, env)
+        parsed, start = run_gate(sglang_python, config, env)
+        assert parsed["ok"] and start is not None, (name, parsed["problems"])
         assert start["error"] is None, (name, start["error"])
         runs.append((name, config, env, start))
     verdicts = reference(sglang_python, [(config, env) for _n, config, env, _s in runs], tmp_path)
