@@ -700,11 +700,8 @@ def gate_main(argv: list[str], parser_check: Any) -> int:
     ``parser_check``: _sglang_check's script half. Its answer comes first; the start-time rules run,
     in the same interpreter, only when the parser accepted the config (as two runs did before).
     """
-    if "--keep" not in argv:
-        sys.stderr.write("usage: <python> - CONFIG.yaml [--expect-version V] --keep [KEPT_VARIABLE...]\n")
-        return 2
-    at = argv.index("--keep")
-    parsed = parser_check.parse_argv(argv[:at])
+    at = argv.index("--keep") if "--keep" in argv else None
+    parsed = None if at is None else parser_check.parse_argv(argv[:at])
     if parsed is None:
         sys.stderr.write("usage: <python> - CONFIG.yaml [--expect-version V] --keep [KEPT_VARIABLE...]\n")
         return 2

@@ -67,15 +67,21 @@ def config_text(target, draft, **options):
     return "".join("%s: %s\n" % (k, v) for k, v in lines.items())
 
 
+def run_environment(env=None, names=None):
+    """(environment, names) of a run: ``names`` given, this process's SGLANG_* variables are inherited as a
+    host's SSH session's are, else they are left out and ``names`` are ``env``'s."""
+    environ = dict((k, v) for k, v in os.environ.items() if names is not None or not k.startswith("SGLANG_"))
+    environ.update(env or {})
+    return environ, (list(env or {}) if names is None else names)
+
+
 def run_start(python, config, env=None, names=None, fresh=False):
     """The start-rule script as the module runs it; ``names`` given: the environment option's names,
     and this process's SGLANG_* variables are inherited as a host's SSH session's are.
 
     Through the test process's SGLang fork server (sglang_env.forked_run: SGLang imported once, each
     run a fresh child); ``fresh``: a new interpreter, exactly as the module starts it."""
-    environ = dict((k, v) for k, v in os.environ.items() if names is not None or not k.startswith("SGLANG_"))
-    environ.update(env or {})
-    names = list(env or {}) if names is None else names
+    environ, names = run_environment(env, names)
     run = fresh_run if fresh else forked_run
     rc, out, err = run(st.command(python, config, names), st.script_source(), environ, cwd="/", timeout=300)
     assert cfg.API_KEY not in out + err
@@ -226,9 +232,7 @@ def test_forked_run_answers_as_a_fresh_interpreter(sglang_python, tmp_path, monk
 def run_gate(python, config, env=None, names=None, fresh=False):
     """The gate's one run as sglang_preflight makes it (gate_source, gate_command), inherited SGLANG_*
     variables as in run_start: (the parser check's answer, the start rules' answer or None)."""
-    environ = dict((k, v) for k, v in os.environ.items() if names is not None or not k.startswith("SGLANG_"))
-    environ.update(env or {})
-    names = list(env or {}) if names is None else names
+    environ, names = run_environment(env, names)
     run = fresh_run if fresh else forked_run
     rc, out, err = run(st.gate_command(python, config, SGLANG_VERSION, names), st.gate_source(), environ, cwd="/",
                        timeout=300)
@@ -241,8 +245,7 @@ def run_gate(python, config, env=None, names=None, fresh=False):
 
 def run_parser_check(python, config, env=None):
     """The parser check alone, in its own run, as _sglang_check.run makes it."""
-    environ = dict((k, v) for k, v in os.environ.items() if not k.startswith("SGLANG_"))
-    environ.update(env or {})
+    environ, _names = run_environment(env)
     rc, out, err = forked_run(_sglang_check.command(python, config, SGLANG_VERSION), _sglang_check.script_source(),
                               environ, cwd="/", timeout=300)
     return _sglang_check.read_result(rc, out, err, python)
