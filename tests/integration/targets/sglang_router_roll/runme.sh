@@ -31,10 +31,14 @@ RKEY=rtest-router-key-51c7e9a2
 PORT=30112
 ROUTER_PORT=30080
 CLIENTS=8
-# Tokens per request: at GPUFLEET_STANDIN_STEP_MS=20 (vars.yml) every request takes 6 s (no drafter: one
+# Tokens per request: at GPUFLEET_STANDIN_STEP_MS=100 (vars.yml) every request takes 6 s (no drafter: one
 # token per step), far longer than the clients' own gaps between requests and shorter than the stop
-# timeout (vars.yml sglang_stop_timeout: 30 s).
-MAX_TOKENS=300
+# timeout (vars.yml sglang_stop_timeout: 30 s). What the proof needs is streams in flight during every
+# removal and restart, so a request is long in time and short in events: 8 clients stream 80 events a
+# second through the stand-ins, the router and router_load.py. At 300 tokens and 20 ms a step (400 events a
+# second) those three used 132 ms of CPU per request (99 s for 753 requests in one run of this target);
+# at 60 tokens, 58 ms (57 s for 985), on the 2 cores make test's lanes share.
+MAX_TOKENS=60
 OUT=$LAB_TMP/out
 LOAD=(python3 "$LAB_DIR/router_load.py")
 at_exit cleanup_play
@@ -274,7 +278,7 @@ serving_current
 # - the router keeps routing to a server the roll restarts in place: it is never removed, and its
 #   health checks (60 s apart, 3 failures) cannot drop it before 120 s, while the stop is bounded by
 #   sglang_stop_timeout (30 s), after which systemd SIGKILLs the server;
-# - each request takes the same time (300 tokens, one per 20 ms step, no drafter), so the 8 closed-loop
+# - each request takes the same time (60 tokens, one per 100 ms step, no drafter), so the 8 closed-loop
 #   clients' requests end in the order they began; round_robin hands out the router's counter in arrival
 #   order over the 4 workers, so the 8 requests in flight hold 8 consecutive counter values, two per
 #   server, and the request that replaces the oldest one (counter c-7) gets c+1, the same server
