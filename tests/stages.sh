@@ -318,7 +318,7 @@ run_lane() {
     shift 3
     out=$CACHE/run/integration-$name.log
     sync_collection "$coll"
-    printf 'GPUFLEET_LAB_INVENTORY=%q\nGPUFLEET_LAB_WHEELHOUSE=%q\nGPUFLEET_LAB_DIR=%q\n' "$inv" "$CACHE/wheelhouse/tools" "$coll/tests/lab" \
+    printf 'GPUFLEET_LAB_INVENTORY=%q\nGPUFLEET_LAB_WHEELHOUSE=%q\nGPUFLEET_LAB_DIR=%q\n' "$inv" "$CACHE/wheelhouse/tools.tar" "$coll/tests/lab" \
         > "$coll/tests/integration/lab.env"
     (cd "$coll" && PATH=$VENV/bin:$PATH ansible-test integration --venv --python 3.11 --requirements --color no "$@") 2>&1 \
         | tee "$out" | sed -u "s/^/[$name] /" || rc=$?

@@ -5,6 +5,7 @@ package they get comes from wheels downloaded here, on the controller, which rea
 
   wheelhouse.py build [--cache DIR] [--force] [--find-links DIR ...]
       $CACHE/wheelhouse/tools/   requirements/hosts.txt and all its dependencies
+      $CACHE/wheelhouse/tools.tar  the same wheels in one archive (what the lab's targets give the model role)
       $CACHE/wheelhouse/sglang/  requirements/sglang-host.txt (complete, pinned) + sglang --no-deps
       $CACHE/wheelhouse/router/  requirements/router-host.txt (complete, pinned): sglang-router 0.3.2
       A stamp keyed on the requirement files (and the target platform) makes a second run a no-op.
@@ -37,6 +38,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -377,11 +379,45 @@ class _Lock:
         os.close(self.fd)
 
 
+def archive_path(name: str, cache: Path | None = None) -> Path:
+    return wheelhouse_root(cache) / f"{name}.tar"
+
+
+def archive_set(name: str, cache: Path | None = None) -> bool:
+    """``<root>/<name>.tar``: the set's wheels at the archive's top level, as the model role unpacks a
+    wheelhouse archive (one copy and one unpack per host instead of a stat and copy per wheel). Rewritten
+    when its members (name, size) differ from the set's wheels; True when written."""
+    directory = set_dir(name, cache)
+    wheels = sorted(wheels_in(directory), key=lambda w: w.name)
+    want = [(w.name, w.stat().st_size) for w in wheels]
+    path = archive_path(name, cache)
+    if path.exists():
+        with tarfile.open(path) as tar:
+            if [(m.name, m.size) for m in tar.getmembers()] == want:
+                return False
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+        for wheel in wheels:
+            info = tar.gettarinfo(str(wheel), arcname=wheel.name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mode = 0o644
+            with open(wheel, "rb") as fh:
+                tar.addfile(info, fh)
+    tmp.chmod(0o644)
+    tmp.replace(path)
+    log(f"{name}: {len(wheels)} wheels in one archive ({path})")
+    return True
+
+
 def build(cache: Path | None = None, force: bool = False, find_links: list[str] = (),
           names: list[str] | None = None) -> dict[str, bool]:
     cache = cache or cache_dir()
     with _Lock(wheelhouse_root(cache)):
-        return {name: build_set(SETS[name], cache, force, find_links) for name in names or SETS}
+        built = {name: build_set(SETS[name], cache, force, find_links) for name in names or SETS}
+        if "tools" in built:
+            archive_set("tools", cache)
+        return built
 
 
 # ---------------------------------------------------------------- install

@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,32 @@ def test_build_is_idempotent():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("up to date") == len(wh.SETS), proc.stdout
     assert (directory / wh.STAMP).read_text() == before
+
+
+def test_tools_archive_holds_the_sets_wheels_at_its_top_level():
+    """tools.tar, what the lab's targets give the model role: the set's wheels, top level, 0644."""
+    directory = _require_current("tools")
+    assert wh.archive_set("tools") is False, "build wrote the archive; a second look finds it current"
+    with tarfile.open(wh.archive_path("tools")) as tar:
+        members = tar.getmembers()
+    assert [(m.name, m.size) for m in members] == [(w.name, w.stat().st_size) for w in wh.wheels_in(directory)]
+    assert all(m.isfile() and m.mode == 0o644 and "/" not in m.name for m in members)
+
+
+def test_archive_follows_the_sets_wheels(tmp_path):
+    """Written when missing, left alone while current, rewritten once the wheels change."""
+    directory = wh.set_dir("tools", tmp_path)
+    directory.mkdir(parents=True)
+    (directory / "a-1.0-py3-none-any.whl").write_bytes(b"a" * 10)
+    (directory / "requirements").mkdir()  # not a wheel: not in the archive
+    assert wh.archive_set("tools", tmp_path) is True
+    assert wh.archive_set("tools", tmp_path) is False
+    (directory / "b-2.0-py3-none-any.whl").write_bytes(b"b" * 20)
+    assert wh.archive_set("tools", tmp_path) is True
+    with tarfile.open(wh.archive_path("tools", tmp_path)) as tar:
+        assert [(m.name, m.size) for m in tar.getmembers()] == [("a-1.0-py3-none-any.whl", 10), ("b-2.0-py3-none-any.whl", 20)]
+        assert tar.extractfile("b-2.0-py3-none-any.whl").read() == b"b" * 20
+    assert not list(wh.wheelhouse_root(tmp_path).glob(".*.tmp"))
 
 
 # ---------------------------------------------------------------- tools set

@@ -27,7 +27,7 @@ fi
 # shellcheck source=/dev/null
 [ -f "$LAB_ENV" ] && . "$LAB_ENV"
 INVENTORY=${GPUFLEET_LAB_INVENTORY:-$HOME/.cache/gpufleet-lab/run/inventory.ini}
-WHEELHOUSE=${GPUFLEET_LAB_WHEELHOUSE:-$HOME/.cache/gpufleet-lab/wheelhouse/tools}
+WHEELHOUSE=${GPUFLEET_LAB_WHEELHOUSE:-$HOME/.cache/gpufleet-lab/wheelhouse/tools.tar}
 # The lab cache: inventory is <cache>/run/inventory.ini.
 LAB_CACHE=$(cd "$(dirname "$INVENTORY")/.." 2>/dev/null && pwd || echo "$HOME/.cache/gpufleet-lab")
 # The lab's own files (tests/lab: prepare-hosts.yml, the stand-in nvidia-smi, demo vars): beside
@@ -45,6 +45,9 @@ if [ ! -f "$INVENTORY" ]; then
     echo "lab inventory $INVENTORY not found: run 'make lab-up' first" >&2
     exit 1
 fi
+# The targets' Ansible configuration (tests/integration/integration.cfg): ansible-test sets ANSIBLE_CONFIG
+# to its copy of it; a target run by hand gets the checkout's.
+export ANSIBLE_CONFIG=${ANSIBLE_CONFIG:-$SETUP_LAB_DIR/../../integration.cfg}
 export ANSIBLE_HOST_KEY_CHECKING=False
 # The lab logs in as root over ssh without requiretty: pipelining saves a round trip per task.
 export ANSIBLE_PIPELINING=True
