@@ -23,6 +23,7 @@ Usage:  python tests/lab/olah/run_olah.py [--cache DIR] [--port N] [--repo ORG/N
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import pathlib
@@ -61,26 +62,40 @@ def _venv_python(cache: pathlib.Path) -> pathlib.Path:
     return cache / "olah-venv" / "bin" / "python"
 
 
-def ensure_olah_venv(cache: pathlib.Path) -> pathlib.Path:
-    """Create ``<cache>/olah-venv`` with the pinned olah unless it already has that version."""
-    python = _venv_python(cache)
-    if python.exists():
-        probe = subprocess.run(
-            [str(python), "-c", "import importlib.metadata as m; print(m.version('olah'))"],
-            capture_output=True, text=True, check=False,
-        )
-        if probe.returncode == 0 and probe.stdout.strip() == OLAH_VERSION:
-            return python
-    venv_dir = python.parent.parent
-    shutil.rmtree(venv_dir, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv_dir)], check=True)
-    result = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "-r", str(REQUIREMENTS)],
+def _has_pinned_olah(python: pathlib.Path) -> bool:
+    if not python.exists():
+        return False
+    probe = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('olah'))"],
         capture_output=True, text=True, check=False,
     )
-    if result.returncode != 0:
-        raise OlahError(f"pip install -r {REQUIREMENTS} failed:\n{result.stderr[-2000:]}")
+    return probe.returncode == 0 and probe.stdout.strip() == OLAH_VERSION
+
+
+def ensure_olah_venv(cache: pathlib.Path) -> pathlib.Path:
+    """Create ``<cache>/olah-venv`` with the pinned olah unless it already has that version.
+
+    One process at a time (an exclusive lock on ``<cache>/.olah-venv.lock``): each pytest-xdist worker
+    that runs an olah test starts its own olah, and on a fresh machine the first ones used to remove and
+    create the venv at once, so that one's ``ensurepip`` ran in a directory another had just removed.
+    The ones that wait find the venv made and use it. A venv left half-made (a killed run) fails the
+    version probe and is made again."""
+    python = _venv_python(cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".olah-venv.lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _has_pinned_olah(python):
+            return python
+        venv_dir = python.parent.parent
+        shutil.rmtree(venv_dir, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv_dir)], check=True)
+        result = subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+             "-r", str(REQUIREMENTS)],
+            capture_output=True, text=True, check=False,
+        )
+        if result.returncode != 0:
+            raise OlahError(f"pip install -r {REQUIREMENTS} failed:\n{result.stderr[-2000:]}")
     return python
 
 
