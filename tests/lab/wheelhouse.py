@@ -386,15 +386,18 @@ def archive_path(name: str, cache: Path | None = None) -> Path:
 def archive_set(name: str, cache: Path | None = None) -> bool:
     """``<root>/<name>.tar``: the set's wheels at the archive's top level, as the model role unpacks a
     wheelhouse archive (one copy and one unpack per host instead of a stat and copy per wheel). Rewritten
-    when its members (name, size) differ from the set's wheels; True when written."""
+    when its members (name, size, mtime) differ from the set's wheels (a set built again has new files),
+    or it cannot be read; True when written."""
     directory = set_dir(name, cache)
     wheels = sorted(wheels_in(directory), key=lambda w: w.name)
-    want = [(w.name, w.stat().st_size) for w in wheels]
+    want = [(w.name, w.stat().st_size, int(w.stat().st_mtime)) for w in wheels]
     path = archive_path(name, cache)
-    if path.exists():
+    try:
         with tarfile.open(path) as tar:
-            if [(m.name, m.size) for m in tar.getmembers()] == want:
+            if [(m.name, m.size, int(m.mtime)) for m in tar.getmembers()] == want:
                 return False
+    except (OSError, tarfile.TarError):
+        pass  # missing or unreadable: written below
     tmp = path.with_name(f".{path.name}.tmp")
     with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
         for wheel in wheels:

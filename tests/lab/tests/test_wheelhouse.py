@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -152,7 +153,7 @@ def test_tools_archive_holds_the_sets_wheels_at_its_top_level():
 
 
 def test_archive_follows_the_sets_wheels(tmp_path):
-    """Written when missing, left alone while current, rewritten once the wheels change."""
+    """Written when missing, left alone while current, rewritten once the wheels change or it is unreadable."""
     directory = wh.set_dir("tools", tmp_path)
     directory.mkdir(parents=True)
     (directory / "a-1.0-py3-none-any.whl").write_bytes(b"a" * 10)
@@ -160,6 +161,11 @@ def test_archive_follows_the_sets_wheels(tmp_path):
     assert wh.archive_set("tools", tmp_path) is True
     assert wh.archive_set("tools", tmp_path) is False
     (directory / "b-2.0-py3-none-any.whl").write_bytes(b"b" * 20)
+    assert wh.archive_set("tools", tmp_path) is True
+    os.utime(directory / "a-1.0-py3-none-any.whl", (1_000_000_000, 1_000_000_000))  # the same wheel made again
+    assert wh.archive_set("tools", tmp_path) is True
+    assert wh.archive_set("tools", tmp_path) is False
+    wh.archive_path("tools", tmp_path).write_bytes(b"not a tar")
     assert wh.archive_set("tools", tmp_path) is True
     with tarfile.open(wh.archive_path("tools", tmp_path)) as tar:
         assert [(m.name, m.size) for m in tar.getmembers()] == [("a-1.0-py3-none-any.whl", 10), ("b-2.0-py3-none-any.whl", 20)]
