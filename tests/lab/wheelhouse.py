@@ -389,8 +389,8 @@ def archive_set(name: str, cache: Path | None = None) -> bool:
     when its members (name, size, mtime) differ from the set's wheels (a set built again has new files),
     or it cannot be read; True when written."""
     directory = set_dir(name, cache)
-    wheels = sorted(wheels_in(directory), key=lambda w: w.name)
-    want = [(w.name, w.stat().st_size, int(w.stat().st_mtime)) for w in wheels]
+    wheels = wheels_in(directory)  # sorted by name
+    want = [(w.name, st.st_size, int(st.st_mtime)) for w, st in ((w, w.stat()) for w in wheels)]
     path = archive_path(name, cache)
     try:
         with tarfile.open(path) as tar:
