@@ -17,7 +17,8 @@ the real 0.3.2 binary on loopback (tests/unit/plugins/module_utils/_router/):
   ``Location`` header): the registration runs in the background, retried until the router's
   ``--worker-startup-timeout-secs``. The id is new on every add: never keep it, look it up by URL.
 * ``GET /workers/<id>`` of a registration still running -> the worker with ``job_status``
-  (``{"status": "processing", ...}``): what a timed-out add reports.
+  (``{"status": "pending"}`` until the router's job queue takes it up, then ``"processing"``): what a
+  timed-out add reports.
 * ``DELETE /workers/<id>`` -> 202, the removal is queued: the worker leaves ``/workers`` when it ran, usually
   by the next listing but not always (404 for an unknown id).
 * The whole ``/workers`` API needs ``Authorization: Bearer <--api-key>``; with ``--control-plane-api-keys``

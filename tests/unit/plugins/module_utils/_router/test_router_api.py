@@ -58,11 +58,17 @@ def test_a_trailing_slash_is_another_worker_to_the_router(router_factory, standi
 
 
 def test_a_never_healthy_worker_is_not_listed_but_has_a_job_status(router_factory, standin_factory, golden):
-    router = router_factory()
+    # a long --worker-startup-timeout-secs, so the registration is still running however slow this machine is
+    router = router_factory(startup_timeout=300)
     server = standin_factory(os.path.join(golden, "target"), env={"GPUFLEET_STANDIN_NEVER_READY": "1"}, wait="answering")
     client = api.Client(router_api_key=ROUTER_KEY)
     worker_id = api.add_worker(client, router.url, server.url)
+    # the job is "pending" until the router's job queue takes it up (seen once in CI, under load), then
+    # "processing" for as long as its health check keeps failing
     job = api.job_status(client, router.url, worker_id)
+    assert job["job_type"] == "AddWorker" and job["status"] in ("pending", "processing")
+    job = until(lambda: (api.job_status(client, router.url, worker_id) or {}).get("status") != "pending"
+                and api.job_status(client, router.url, worker_id), "registration taken up")
     assert job["job_type"] == "AddWorker" and job["status"] == "processing"
     assert api.list_workers(client, router.url) == []
 
