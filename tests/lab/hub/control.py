@@ -10,6 +10,9 @@ import time
 
 DEFAULT_CONFIG = {
     "cdn_url_ttl": 3600,  # seconds a signed CDN URL stays valid
+    # 0: off; N: a signed CDN URL is also refused (403, expired) once N other blobs were first asked of the CDN
+    # after it was signed: an expiry driven by the downloads' order, not by the clock (cdn_blob_mark/_stale)
+    "cdn_url_blobs": 0,
     "rate_per_conn": 0,  # bytes/s per connection, 0 = uncapped
     "rate_total": 0,  # bytes/s over all connections of both addresses, 0 = uncapped
     "tree_page_size": 1000,  # the Hub's page size for /tree
@@ -138,6 +141,7 @@ class LabControl:
         self._arrivals: dict = {}
         self._arrived = threading.Condition(self.lock)
         self.listing: dict = {}  # repo id -> hostile-listing spec (set_listing)
+        self._cdn_blobs: list = []  # blob shas in the order the CDN was first asked for them (cdn_url_blobs)
 
     # -- config ------------------------------------------------------------------------------
 
@@ -161,6 +165,20 @@ class LabControl:
             if "rate_total" in clean:
                 self._total_bucket = None
             return dict(self.config)
+
+    def cdn_blob_mark(self) -> int:
+        """How many blobs the CDN has been asked for so far (a signed URL carries it: cdn_blob_stale)."""
+        with self.lock:
+            return len(self._cdn_blobs)
+
+    def cdn_blob_stale(self, sha: str, mark: int) -> bool:
+        """A CDN GET of ``sha`` by a URL signed at ``mark``: records ``sha`` as asked for (once), and says
+        whether cdn_url_blobs other blobs were first asked for since the URL was signed (it has expired)."""
+        with self.lock:
+            if sha not in self._cdn_blobs:
+                self._cdn_blobs.append(sha)
+            budget = self.config["cdn_url_blobs"]
+            return bool(budget) and sum(1 for other in self._cdn_blobs[mark:] if other != sha) >= budget
 
     def get_config(self) -> dict:
         with self.lock:
@@ -186,6 +204,7 @@ class LabControl:
             self.log = []
             self._total_bucket = None
             self.listing = {}
+            self._cdn_blobs = []
 
     def next_conn_id(self) -> int:
         with self.lock:

@@ -188,12 +188,13 @@ class LabHub:
 
     # -- signed CDN URLs ---------------------------------------------------------------------
 
-    def sign(self, sha256: str, exp: int) -> str:
-        return hmac.new(self.secret, f"{sha256}\n{exp}".encode(), hashlib.sha256).hexdigest()
+    def sign(self, sha256: str, exp: int, mark: int) -> str:
+        return hmac.new(self.secret, f"{sha256}\n{exp}\n{mark}".encode(), hashlib.sha256).hexdigest()
 
     def cdn_location(self, sha256: str) -> str:
         exp = int(time.time()) + int(self.control.get_config()["cdn_url_ttl"])
-        return f"{self.cdn_url}/cdn/{sha256}?" + urlencode({"exp": exp, "sig": self.sign(sha256, exp)})
+        mark = self.control.cdn_blob_mark()
+        return f"{self.cdn_url}/cdn/{sha256}?" + urlencode({"exp": exp, "n": mark, "sig": self.sign(sha256, exp, mark)})
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
@@ -806,10 +807,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raise HubError(404, None, "Not Found")
         sha = segs[2]
         exp = self._query.get("exp", [""])[-1]
+        mark = self._query.get("n", [""])[-1]
         sig = self._query.get("sig", [""])[-1]
-        if not exp.isdigit() or not hmac.compare_digest(sig, self.hub.sign(sha, int(exp))):
+        if not exp.isdigit() or not mark.isdigit() or not hmac.compare_digest(sig, self.hub.sign(sha, int(exp), int(mark))):
             raise HubError(403, None, "Invalid signature")
         if int(exp) < time.time():
+            raise HubError(403, None, "Request has expired")
+        if self.command == "GET" and self.hub.control.cdn_blob_stale(sha, int(mark)):
             raise HubError(403, None, "Request has expired")
         p = self.hub.store.blob_path(sha)
         if p is None:

@@ -178,6 +178,26 @@ def test_expired_and_forged_cdn_urls_are_403(hub):
     assert [e["status"] for e in hub.log(server="cdn")][:3] == [200, 403, 403]
 
 
+def test_cdn_url_blobs_expires_a_url_once_another_blob_was_asked_for(hub):
+    """cdn_url_blobs=1: a signed URL dies once the CDN was asked for another blob after it was signed (an
+    expiry by the downloads' order, for tests that must not race the clock); the same blob again, or a URL
+    signed after, still serves; off (0), both serve."""
+    other = "model-00002-of-000004.safetensors"
+    hub.config(cdn_url_blobs=1)
+    first = _signed_url(hub)
+    second = get_hf_file_metadata(hf_hub_url(TARGET, other, endpoint=hub.api)).location
+    assert _fetch(first)[0] == 200 and _fetch(first)[0] == 200  # its own blob, asked twice
+    status, body = _fetch(second)[:2]
+    assert status == 403 and b"expired" in body  # signed before the first blob was asked for
+    fresh = get_hf_file_metadata(hf_hub_url(TARGET, other, endpoint=hub.api)).location
+    assert _fetch(fresh)[0] == 200
+    assert _fetch(first)[0] == 403  # another blob was asked for since it was signed
+    hub.config(cdn_url_blobs=0)
+    assert _fetch(first)[0] == 200 and _fetch(second)[0] == 200
+    tampered = first.replace("&n=0&", "&n=9&")
+    assert tampered != first and _fetch(tampered)[0] == 403  # the mark is signed
+
+
 def _timed_get(url, headers, out, key):
     t0 = time.monotonic()
     status, body = _fetch(url, headers=headers, timeout=60)[:2]

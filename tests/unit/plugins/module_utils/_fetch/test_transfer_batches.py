@@ -71,12 +71,13 @@ def test_batches_hold_parallel_files_large_files_and_small_ones_ride_along(tmp_p
 # ----------------------------------------------------------------------------- lab Hub + aria2c
 
 def test_later_batches_resolve_when_they_start_so_no_url_expires(lab_hub, aria2c, tmp_path, monkeypatch):
-    """3 shards of 5.4-6.2 MiB, one at a time, at 600 KiB/s (so the first holds the queue >= 9 s) and URLs
-    living 6 s (the lab signs exp = int(now) + ttl, so >= 5 s): resolved up front, the 2nd and 3rd
-    shards' URLs would be dead when aria2 reached them (403, a lost round); resolved per batch they
-    are used within moments (5 s of headroom for aria2c to start on a loaded machine)."""
+    """3 shards of 5.4-6.2 MiB, one at a time, and signed URLs that expire once the CDN was asked for one
+    other blob after they were signed (the lab's cdn_url_blobs: an expiry driven by the downloads' order,
+    not by the clock, so a loaded machine cannot make it pass or fail): resolved up front, the 2nd and 3rd
+    shards' URLs would be dead when aria2 reached them (403, a lost round); resolved per batch, each is
+    signed after the shard before it was asked for, and is used before any other."""
     monkeypatch.setattr(_rounds, "SMALL_FILE", 1 << 20)  # the lab's shards are ~6 MB
-    lab_hub.config(cdn_url_ttl=6, rate_per_conn=600 * 1024)
+    lab_hub.config(cdn_url_blobs=1)
     res = run(lab_hub, tmp_path / "d", allow_patterns=SHARDS, parallel_files=1, max_tries=3)
     dummy, files = lab_hub.files_at(TARGET, "main")
     for path in SHARDS:
