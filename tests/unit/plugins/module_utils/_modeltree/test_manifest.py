@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import time
 
 import pytest
 
@@ -118,22 +117,24 @@ def test_statcache_round_trip(tmp_path):
     assert m.read_statcache(str(tmp_path)) == {"a": {"size": 1, "sha256": "00"}}
 
 
-def _hold_lock(dest, ready, seconds):
+def _hold_lock(dest, ready, release):
     with m.DirLock(dest):
         ready.set()
-        time.sleep(seconds)
+        release.wait(60)  # held until the test says so (bounded: the process always ends)
 
 
 def test_dir_lock_excludes_another_process_then_releases(tmp_path):
-    ready = multiprocessing.Event()
-    proc = multiprocessing.Process(target=_hold_lock, args=(str(tmp_path), ready, 1.0))
+    ready, release = multiprocessing.Event(), multiprocessing.Event()
+    proc = multiprocessing.Process(target=_hold_lock, args=(str(tmp_path), ready, release))
     proc.start()
     try:
         assert ready.wait(10)
         with pytest.raises(m.LockTimeout, match="locked by another run"):
             with m.DirLock(str(tmp_path), timeout=0.2):
                 pass
-        with m.DirLock(str(tmp_path), timeout=10):
+        release.set()
+        with m.DirLock(str(tmp_path), timeout=30):
             pass  # acquired once the holder exits
     finally:
+        release.set()
         proc.join(10)
