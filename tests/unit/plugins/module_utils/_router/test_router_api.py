@@ -67,8 +67,12 @@ def test_a_never_healthy_worker_is_not_listed_but_has_a_job_status(router_factor
     # "processing" for as long as its health check keeps failing
     job = api.job_status(client, router.url, worker_id)
     assert job["job_type"] == "AddWorker" and job["status"] in ("pending", "processing")
-    job = until(lambda: (api.job_status(client, router.url, worker_id) or {}).get("status") != "pending"
-                and api.job_status(client, router.url, worker_id), "registration taken up")
+
+    def taken_up():
+        got = api.job_status(client, router.url, worker_id)
+        return got if got and got.get("status") != "pending" else None
+
+    job = until(taken_up, "registration taken up")
     assert job["job_type"] == "AddWorker" and job["status"] == "processing"
     assert api.list_workers(client, router.url) == []
 
