@@ -28,14 +28,12 @@ def _instrument(fleet, hub_links):
     """Wraps the fleet's network so each tick records (time, fleet downlink use, Hub use), and each peer
     download of a large file its (mirrors, seconds, holders at its end)."""
     series, downloads, started = [], [], {}
-    admit, flow = fleet._admit, fleet._flow  # pylint: disable=protected-access
+    begin, flow = fleet._begin, fleet._flow  # pylint: disable=protected-access
 
-    def _admit(host):
-        before = {id(dl) for dl in fleet.downloads}
-        admit(host)
-        for dl in fleet.downloads:
-            if id(dl) not in before:
-                started[id(dl)] = fleet.now
+    def _begin(host, dls):
+        begin(host, dls)
+        for dl in dls:
+            started[id(dl)] = fleet.now
 
     def _flow(dt):
         rates = fleet._rates()  # pylint: disable=protected-access
@@ -48,7 +46,7 @@ def _instrument(fleet, hub_links):
                 holders = sum(1 for h in fleet.hosts.values() if dl.item.remote.path in h.held)
                 downloads.append((len(dl.sources), fleet.now + dt - started.pop(id(dl)), holders))
 
-    fleet._admit, fleet._flow = _admit, _flow  # pylint: disable=protected-access
+    fleet._begin, fleet._flow = _begin, _flow  # pylint: disable=protected-access
     return series, downloads
 
 

@@ -384,6 +384,65 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+class Aria2Run(object):
+    """One aria2c over ``files``, started at once and left to run: ``poll`` it, then ``finish`` it.
+
+    What ``run`` does in one call, in steps, so a caller can keep several going at once (a peer source's
+    lanes: rounds.Round starts one per file as a slot frees). ``name`` tells the runs of one ``workdir``
+    apart: ``<name>-input.txt``, ``<name>.log`` and ``<name>.out``, all removed by ``finish`` or ``stop``.
+    """
+
+    def __init__(self, files: Sequence[Aria2File], workdir: str, settings: Aria2Settings, *,
+                 on_complete: Callable[[str], None] | None = None, name: str = "aria2") -> None:
+        os.makedirs(workdir, mode=0o700, exist_ok=True)
+        self.files = list(files)
+        self.input_file = os.path.join(workdir, "%s-input.txt" % name)
+        self.log_file = os.path.join(workdir, "%s.log" % name)
+        self.out_file = os.path.join(workdir, "%s.out" % name)
+        for leftover in (self.log_file, self.out_file):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+        write_input(self.input_file, render_input(self.files, proxy=settings.proxy))
+        argv = build_argv(settings.aria2c, self.input_file, self.log_file, **settings.tuning())
+        try:
+            self.proc = _start(argv, self.out_file)
+        except BaseException:
+            self._clean()
+            raise
+        self.completions = _Completions(self.files, self.log_file, on_complete)
+
+    def poll(self) -> bool:
+        """Reports the files aria2's log says are complete (``on_complete``); True once aria2c has exited."""
+        ended = self.proc.poll() is not None
+        self.completions.report()
+        return ended
+
+    def finish(self) -> RunResult:
+        """Once ``poll`` said it ended: each file's outcome; its input, log and output files are removed."""
+        self.proc.wait()
+        self.completions.report()
+        try:
+            stdout = _read(self.out_file)
+            log_text = _read(self.log_file)
+        finally:
+            self._clean()
+        return _outcomes(self.files, self.proc.returncode, stdout, log_text)
+
+    def stop(self) -> None:
+        """aria2c stopped (SIGTERM: its control files saved for the next run) and its files removed."""
+        try:
+            _stop(self.proc)
+        finally:
+            self._clean()
+
+    def _clean(self) -> None:
+        for path in (self.input_file, self.log_file, self.out_file):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
 def run(files: Sequence[Aria2File], workdir: str, settings: Aria2Settings, *, tick: Callable[[], Any] | None = None,
         tick_interval: float = 2.0, on_complete: Callable[[str], None] | None = None,
         poll: Callable[[], Any] | None = None, poll_interval: float = 0.1) -> RunResult:
@@ -396,29 +455,10 @@ def run(files: Sequence[Aria2File], workdir: str, settings: Aria2Settings, *, ti
     aria2 runs, after the completions (the caller places the files whose hash is done). What any of
     them raises stops aria2c (its partials and control files stay for the next run) and is raised.
     """
-    os.makedirs(workdir, mode=0o700, exist_ok=True)
-    input_file = os.path.join(workdir, "aria2-input.txt")
-    log_file = os.path.join(workdir, "aria2.log")
-    out_file = os.path.join(workdir, "aria2.out")
-    for leftover in (log_file, out_file):
-        if os.path.exists(leftover):
-            os.unlink(leftover)
-    write_input(input_file, render_input(files, proxy=settings.proxy))
-    argv = build_argv(settings.aria2c, input_file, log_file, **settings.tuning())
+    one = Aria2Run(files, workdir, settings, on_complete=on_complete)
     try:
-        proc = _start(argv, out_file)
-        try:
-            _watch(proc, _Completions(files, log_file, on_complete), tick=tick, tick_interval=tick_interval,
-                   poll_interval=poll_interval, poll=poll)
-        except BaseException:
-            _stop(proc)  # not left running (it would write on into staging) behind the caller's error
-            raise
-        stdout = _read(out_file)
-        log_text = _read(log_file)
-    finally:
-        for path in (input_file, log_file, out_file):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-    return _outcomes(files, proc.returncode, stdout, log_text)
+        _watch(one.proc, one.completions, tick=tick, tick_interval=tick_interval, poll_interval=poll_interval, poll=poll)
+    except BaseException:
+        one.stop()  # not left running (it would write on into staging) behind the caller's error
+        raise
+    return one.finish()

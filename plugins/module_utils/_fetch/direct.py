@@ -55,6 +55,10 @@ class DirectFetches(object):
         self.pool = ThreadPoolExecutor(max_workers=min(self.workers, len(jobs)), thread_name_prefix="direct")
         self.futures = [(item, self.pool.submit(self.fetch, item, url)) for item, url in jobs]
 
+    def done(self) -> bool:
+        """True once every download started has ended (at once when none was started)."""
+        return all(future.done() for dummy, future in self.futures)
+
     def wait(self, tick: Callable[[], Any], interval: float) -> list[tuple[Any, DirectResult]]:
         """Every download's result, in ``start`` order; ``tick`` every ``interval`` seconds until then.
 

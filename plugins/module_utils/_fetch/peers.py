@@ -50,11 +50,6 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.source import 
 # not hammered; back to POLL_PAUSE once a look shows something. Nothing waits on its exact length.
 POLL_PAUSE = 1.0
 POLL_PAUSE_MAX = 4.0
-# A peer source's batch takes this many times parallel_files large files: aria2 runs parallel_files of
-# them at once (--max-concurrent-downloads) and starts the next as one completes, so a file held by few
-# peers no longer holds the host's link idle until the batch's slowest file is done. Peer URLs do not
-# expire (the Hub's signed ones would: a HubSource's batches stay parallel_files).
-PEER_BATCH_SCALE = 3
 # Hosts that may take a file at once per peer holding it (_first_wave): each of a holder's downloads then
 # gets at least 1/FANOUT of its uplink, and the swarm of a file multiplies by up to FANOUT + 1 per copy.
 FANOUT = 8
@@ -120,7 +115,10 @@ class PeerSource(object):
     decides here is where each file comes from this round, and what a failure costs.
     """
 
-    batch_scale = PEER_BATCH_SCALE  # rounds.next_batch: large files per batch, in parallel_files
+    # rounds.Round runs a peer source's files in lanes: each large file in its own aria2c, a slot filled as
+    # soon as one frees, from this source's order asked again then (peer URLs do not expire; a HubSource's
+    # signed ones would, and its batches stay one aria2c each)
+    lanes = True
 
     def __init__(self, peers: Sequence[Peer], *, token: str, hub: Any, hub_share: set[str] | None, wait_timeout: float,
                  timeout: float, opener: Any, log: Callable[[str], None], retry_wait: float = 1.0,
@@ -306,15 +304,20 @@ class PeerSource(object):
         peer = self.book.credit((res.url,) + tuple(res.mirrors), uri_errors)
         return "peer:%s" % peer.name if peer is not None else res.origin
 
-    def pause(self) -> None:
-        """Between two looks while files wait: POLL_PAUSE after a look that showed something new (a state,
-        a file held), else the last pause doubled, up to POLL_PAUSE_MAX."""
+    def poll_pause(self) -> float:
+        """The pause before the next look while files wait: POLL_PAUSE after a look that showed something new
+        (a state, a file held), else the last pause doubled, up to POLL_PAUSE_MAX. rounds.Round waits it out
+        itself while its lanes still download."""
         if self.book.changed:
             self.poll_wait = POLL_PAUSE
         else:
             self.poll_wait = min(POLL_PAUSE_MAX, self.poll_wait * 2)
         self.book.changed = False
-        self.sleep(self.poll_wait)
+        return self.poll_wait
+
+    def pause(self) -> None:
+        """Between two rounds while files wait (nothing downloads): ``poll_pause``, slept."""
+        self.sleep(self.poll_pause())
 
     def queue(self, items: Sequence[Any]) -> list[Any]:
         """The order this host fetches ``items`` in: its own Hub share first (the others wait for it), then the

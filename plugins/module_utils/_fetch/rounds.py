@@ -44,6 +44,8 @@ URL_REFUSED_STATUSES = (403, 410)
 # Files up to this size ride along in a batch without taking one of its parallel_files places: they
 # take moments, so they cannot hold a batch's large files back nor outlive their URLs.
 SMALL_FILE = 64 << 20
+# How often a lanes round looks at its aria2c runs (completions, ends) while they download.
+LANE_POLL = 0.1
 MISMATCH = "downloaded bytes do not match the Hub's id"
 
 
@@ -76,7 +78,7 @@ def next_batch(items: Sequence[_snapshot_plan.Item], source: Any, parallel_files
     queue = getattr(source, "queue", None)
     if queue is not None:
         items = queue(items)
-    cut = batches(items, parallel_files * max(1, int(getattr(source, "batch_scale", 1))))
+    cut = batches(items, parallel_files)
     return cut[0] if cut else []
 
 
@@ -102,17 +104,113 @@ class Round(object):
 
     def run(self) -> float:
         """Returns the wait the servers asked for (Retry-After), 0 when none."""
-        left = list(self.t.pending.values())
-        while left:
-            # a peer source's order, asked again before each batch: its Hub share first, then the files
-            # its last look saw held by a peer, then the rest (each part in its shuffled order)
-            chunk = next_batch(left, self.t.source, self.t.aria2.parallel_files)
-            self._batch(chunk)
-            done = {item.key for item in chunk}
-            left = [item for item in left if item.key not in done]
+        self.pool = ThreadPoolExecutor(max_workers=self.t.hash_workers or _hashing.default_workers())
+        try:
+            if getattr(self.t.source, "lanes", False):
+                self._run_lanes()
+                return self.wait_hint
+            left = list(self.t.pending.values())
+            while left:
+                chunk = next_batch(left, self.t.source, self.t.aria2.parallel_files)
+                self._batch(chunk)
+                done = {item.key for item in chunk}
+                left = [item for item in left if item.key not in done]
+        finally:
+            self.pool.shutdown(wait=True)
         return self.wait_hint
 
-    def _batch(self, chunk: Sequence[_snapshot_plan.Item]) -> None:
+    def _run_lanes(self) -> None:
+        """A lanes source's round (a peer source): up to ``parallel_files`` large files downloading at once,
+        each in its own aria2c (a ``_Lane``), and a free slot filled at once, from the source's order asked
+        again then (its last look: who holds what now), instead of after a whole batch has ended. A look
+        that leaves files waiting (their owner has not published them, or the hosts placed before this one
+        take them first) is the last until a slot frees or the source's poll pause has passed while slots
+        stay free; every file not started is asked again then. The round ends when nothing runs and every file left waits (the transfer pauses, then a new
+        round asks again), or none is left."""
+        t = self.t
+        left = list(t.pending.values())
+        lanes: list[_Lane] = []
+        # the last look left files waiting: no other look before a slot frees or the poll pause has passed
+        hold = False
+        next_look: float | None = None
+        next_tick = time.monotonic() + PROGRESS_INTERVAL
+        serial = 0
+        mark = time.monotonic()
+        running = 0
+        try:
+            while True:
+                self._poll_lanes(lanes)
+                # a slot is a large file aria2 has not reported complete (the lane's aria2c may run on)
+                was, running = running, sum(lane.running(self.hashes) for lane in lanes)
+                if running < was:
+                    hold = False  # a slot freed
+                now = time.monotonic()
+                if next_look is not None and now >= next_look:
+                    hold, next_look = False, None
+                free = t.aria2.parallel_files - running
+                if free > 0 and left and not hold:
+                    chunk = next_batch(left, t.source, free)
+                    serial += 1
+                    lane, waits = self._open_lane(chunk, serial)
+                    if lane is not None:
+                        lanes.append(lane)
+                    tried = {item.key for item in chunk} - waits
+                    left = [item for item in left if item.key not in tried]
+                    hold, next_look = bool(waits), None
+                    continue
+                if not lanes:
+                    self.waiting = self.waiting or hold
+                    break
+                if hold and free > 0 and next_look is None:
+                    next_look = now + t.source.poll_pause()
+                if now >= next_tick:
+                    next_tick = now + PROGRESS_INTERVAL
+                    t.progress.write()
+                time.sleep(LANE_POLL)
+        finally:
+            for lane in lanes:
+                lane.stop()
+            t.timings.took("aria2", mark)
+
+    def _open_lane(self, chunk: Sequence[_snapshot_plan.Item], serial: int) -> tuple["_Lane | None", set[str]]:
+        """Resolve ``chunk`` and start what resolved: its own aria2c (and direct downloads). Returns the lane
+        (None when nothing started) and the keys that wait."""
+        batch, direct = self._resolve(chunk)
+        waits = {item.key for item in chunk if item.key in self.res and self.res[item.key].wait}
+        if not batch and not direct:
+            return None, waits
+        fetches = _transfer_direct.DirectFetches(self._fetch_direct, workers=self.t.aria2.parallel_files)
+        run = None
+        try:
+            fetches.start(direct)
+            if batch:
+                run = _aria2.Aria2Run(self._jobs(batch), os.path.join(self.t.staging, _snapshot_staging.ARIA2_WORKDIR),
+                                      self.t.aria2, on_complete=self._hash_later, name="lane%d" % serial)
+        except BaseException:
+            fetches.close()
+            raise
+        return _Lane(batch, direct, run, fetches), waits
+
+    def _poll_lanes(self, lanes: list["_Lane"]) -> None:
+        """Each lane's completions hashed, verified files placed; each lane whose aria2c and direct downloads
+        have all ended settled and taken out (``lanes`` is changed in place)."""
+        ended = [lane for lane in lanes if lane.poll()]
+        self._place_verified()
+        for lane in ended:
+            try:
+                result = lane.run.finish() if lane.run is not None else None
+                results = lane.fetches.wait(self.t.progress.write, PROGRESS_INTERVAL)
+            finally:
+                lane.fetches.close()
+            try:
+                if result is not None:
+                    self._settle_run(lane.batch, result)
+                self._direct_results(results)
+            finally:
+                lanes.remove(lane)  # only now: what raised before leaves the others to the caller's stop
+
+    def _resolve(self, chunk: Sequence[_snapshot_plan.Item]) -> tuple[list, list]:
+        """The files of ``chunk`` that go (for aria2, and direct), as (item, url); waits and failures noted."""
         mark = time.monotonic()
         resolved = self.t.source.resolve(chunk)
         self.t.timings.took("resolve", mark)
@@ -133,6 +231,10 @@ class Round(object):
             else:
                 self.t.start_clean_unless_same(item, res)
                 batch.append((item, res.url))
+        return batch, direct
+
+    def _batch(self, chunk: Sequence[_snapshot_plan.Item]) -> None:
+        batch, direct = self._resolve(chunk)
         # Direct files download beside aria2, not before it: a gated repo's small files must not
         # hold its large ones back.
         fetches = _transfer_direct.DirectFetches(self._fetch_direct, workers=self.t.aria2.parallel_files)
@@ -143,6 +245,9 @@ class Round(object):
             results = fetches.wait(self.t.progress.write, PROGRESS_INTERVAL)
         finally:
             fetches.close()
+        self._direct_results(results)
+
+    def _direct_results(self, results: Sequence[tuple[_snapshot_plan.Item, Any]]) -> None:
         for item, result in results:
             if result.digest is None:
                 self._failed(item, result.error, result.retry_after)
@@ -215,28 +320,51 @@ class Round(object):
             self.early.add(key)
             self._placed(item)
 
-    def _aria2(self, batch: list[tuple[_snapshot_plan.Item, str]]) -> None:
+    def _jobs(self, batch: list[tuple[_snapshot_plan.Item, str]]) -> list[_aria2.Aria2File]:
+        """aria2's files for ``batch``, which the round now watches (``_hash_later``, ``_place_verified``)."""
         t = self.t
         # No checksum= for aria2: it would hash in its single thread after the transfer.
         jobs = [_aria2.Aria2File(item.key, url, t.staging, item.key, None, item.remote.size,
                                  self.res[item.key].mirrors, self.res[item.key].header) for item, url in batch]
-        self.batch = {item.key: item for item, url in batch}
-        self.hashes = {}
-        self.early = set()
-        self.pool = ThreadPoolExecutor(max_workers=t.hash_workers or _hashing.default_workers())
+        self.batch.update((item.key, item) for item, url in batch)
+        return jobs
+
+    def _aria2(self, batch: list[tuple[_snapshot_plan.Item, str]]) -> None:
+        t = self.t
+        jobs = self._jobs(batch)
         mark = time.monotonic()
         try:
             result = _aria2.run(
                 jobs, os.path.join(t.staging, _snapshot_staging.ARIA2_WORKDIR), t.aria2,
                 tick=t.progress.write, tick_interval=PROGRESS_INTERVAL, on_complete=self._hash_later,
                 poll=self._place_verified)
-            mark = t.timings.took("aria2", mark)
-            for item, dummy in batch:
-                if result.outcomes[item.key].status == "OK":
-                    self._hash_later(item.key)
-            hashed = {key: future.result() for key, future in self.hashes.items()}
+        except BaseException:
+            self._forget(batch)
+            raise
+        t.timings.took("aria2", mark)
+        self._settle_run(batch, result)
+
+    def _forget(self, batch: Sequence[tuple[_snapshot_plan.Item, str]]) -> None:
+        """``batch``'s aria2c has ended and its files are settled: the round no longer watches them."""
+        for item, dummy in batch:
+            self.batch.pop(item.key, None)
+            self.hashes.pop(item.key, None)
+            self.early.discard(item.key)
+
+    def _settle_run(self, batch: list[tuple[_snapshot_plan.Item, str]], result: Any) -> None:
+        """Once ``batch``'s aria2c has ended: each file hashed (those aria2 finished), credited and settled."""
+        try:
+            self._settle_all(batch, result)
         finally:
-            self.pool.shutdown(wait=True)
+            self._forget(batch)
+
+    def _settle_all(self, batch: list[tuple[_snapshot_plan.Item, str]], result: Any) -> None:
+        t = self.t
+        mark = time.monotonic()
+        for item, dummy in batch:
+            if result.outcomes[item.key].status == "OK":
+                self._hash_later(item.key)
+        hashed = {item.key: self.hashes[item.key].result() for item, dummy in batch if item.key in self.hashes}
         t.timings.took("hash_after_aria2", mark)
         if result.retry_after:
             self.wait_hint = max(self.wait_hint, float(result.retry_after))
@@ -308,3 +436,32 @@ class Round(object):
             else:
                 error += " (signed URL refused %.0f s before it expires: re-resolving)" % (expires - time.time())
         self._failed(item, error)
+
+
+class _Lane(object):
+    """One slot of a lanes round: one aria2c over the files a resolve started (one large file, small ones
+    riding along) and the direct downloads resolved with them."""
+
+    def __init__(self, batch: list, direct: list, run: Any, fetches: Any) -> None:
+        self.batch = batch  # [(item, url)] for aria2
+        self.run = run  # an _aria2.Aria2Run, or None when every file went direct
+        self.fetches = fetches  # a _transfer_direct.DirectFetches
+        self.large = [item.key for item, dummy in list(batch) + list(direct) if item.remote.size > SMALL_FILE]
+        self.ended = False
+
+    def running(self, complete: Any) -> int:
+        """Its large files still downloading: not ``complete`` (the keys aria2 reported complete), until it ended."""
+        return 0 if self.ended else sum(1 for key in self.large if key not in complete)
+
+    def poll(self) -> bool:
+        """True once its aria2c and its direct downloads have all ended."""
+        ended = self.run is None or self.run.poll()
+        self.ended = ended and self.fetches.done()
+        return self.ended
+
+    def stop(self) -> None:
+        try:
+            if self.run is not None:
+                self.run.stop()
+        finally:
+            self.fetches.close()

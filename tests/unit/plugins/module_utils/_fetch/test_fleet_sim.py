@@ -50,16 +50,26 @@ def test_hung_and_corrupt_peers_cost_time_not_correctness():
         assert host.hung_reads <= len(hung)
 
 
-def test_aria2_runs_parallel_files_of_a_batch_at_once_and_weighs_connections_per_source():
-    """The simulated aria2: a peer batch of PEER_BATCH_SCALE x parallel_files large files runs parallel_files
-    at a time (--max-concurrent-downloads); a download weighs splits / k connections at each of its k sources."""
-    fleet = fleet_sim.Fleet(2, fleet_sim.kimi_files(GB // 4), link=LINK, hub_uplink=4 * LINK, tick=0.05)
+def test_lanes_keep_parallel_files_large_downloads_going_and_aria2_weighs_connections_per_source():
+    """The simulated round (rounds.Round._run_lanes): a host never runs more than parallel_files large
+    downloads at once, and fills its slots (a lane per resolve, a free slot filled as soon as one frees);
+    a download weighs splits / k connections at each of its k sources."""
+    fleet = fleet_sim.Fleet(8, fleet_sim.kimi_files(GB // 4), link=LINK, hub_uplink=4 * LINK, tick=0.05)
+    begin = fleet._begin
+    most = {}
+
+    def counting(host, started):
+        begin(host, started)
+        large = sum(1 for dl in fleet.downloads if dl.host is host and dl.item.remote.size > GB // 8)
+        assert large <= fleet.parallel_files
+        most[host.name] = max(most.get(host.name, 0), large)
+
+    fleet._begin = counting
+    fleet.run(limit=3600)
+    assert fleet.figures()["completed"] == 8
+    assert set(most.values()) == {fleet.parallel_files}  # every host had all its slots busy at some point
     host = fleet.hosts["gpu1"]
     item = fleet_sim._Item("model-00001-of-000064.safetensors", GB // 4)
-    dls = [fleet._start(host, item, fleet_sim.Resolution("https://hub/x")) for dummy in range(9)]
-    host.queued = list(dls)
-    fleet._admit(host)
-    assert host.active == fleet.parallel_files == 6 and len(host.queued) == 3 and fleet.downloads == dls[:6]
     one = fleet._start(host, item, fleet_sim.Resolution("http://gpu2:8370/m/c/x"))
     two = fleet._start(host, item, fleet_sim.Resolution("http://gpu2:8370/m/c/x", mirrors=("https://hub/x",)))
     assert one.weight == fleet.splits and two.weight == fleet.splits / 2

@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Issue 23, the follow-up: what a host fetches next and from whom at 64-256 hosts. Each batch is cut from
-the source's order asked again (files a peer holds before files that only wait; a peer source's batches are
-PEER_BATCH_SCALE times larger, aria2 running parallel_files of them at once), a file goes first to the hosts
+the source's order asked again (files a peer holds before files that only wait; a peer source runs in lanes:
+rounds.Round fills a slot as soon as one frees, test_round_lanes.py), a file goes first to the hosts
 placed first for it (FANOUT per holder, the holders a host has not read yet estimated), and a gone owner's
 file has one heir that fetches it from the Hub while the others wait for it. No network: the peers are
 fixtures/fake_peers.py, driven by the calls, never by wall-clock time."""
@@ -46,10 +46,8 @@ def _source(fake, count, *, me="gpu0", hub=None, hub_share=(), owner_of=None):
     return source, peers
 
 
-def test_next_batch_asks_the_source_order_again_and_a_peer_batch_is_larger():
+def test_next_batch_asks_the_source_order_again():
     class Ordered(object):
-        batch_scale = 2
-
         def __init__(self):
             self.calls = 0
 
@@ -60,10 +58,10 @@ def test_next_batch_asks_the_source_order_again_and_a_peer_batch_is_larger():
     items = [_Item("f%d" % i, BIG) for i in range(10)]
     source = Ordered()
     chunk = _rounds.next_batch(items, source, 2)
-    assert [i.key for i in chunk] == ["f9", "f8", "f7", "f6"] and source.calls == 1  # 2 x parallel_files, its order
+    assert [i.key for i in chunk] == ["f9", "f8"] and source.calls == 1  # parallel_files large files, its order
     assert [i.key for i in _rounds.next_batch(items, object(), 2)] == ["f0", "f1"]  # a Hub source: as batches() cuts
     assert _rounds.next_batch([], source, 2) == []
-    assert _peers.PeerSource.batch_scale == _peers.PEER_BATCH_SCALE > 1
+    assert _peers.PeerSource.lanes is True  # a peer source's rounds run in lanes
 
 
 def test_the_queue_puts_the_own_share_then_files_a_peer_holds_then_the_rest():

@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as
 from ansible_collections.gpufleet.llm.plugins.module_utils._modeltree import manifest as _manifest
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import peers as _peers
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import peerbook as _peerbook
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import rounds as _rounds
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import run_result as _run_result
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import transfer as _transfer
@@ -300,6 +301,51 @@ def test_a_file_is_published_as_soon_as_it_is_verified_while_its_batch_still_dow
     assert seen == [({"state": "fetching", "failed": [], "held": {"config.json": size["config.json"]}}, False, True, False)]
     assert peer.gate_opened and peer.gate_done.is_set()
     assert sorted(r["source"] for r in res["files"]) == ["peer:gpu2", "peer:gpu2"]
+    assert res["from_peers"] == {"gpu2": sum(size.values())} and hub_files(lab_hub, listing) == set()
+    assert status_of(dest) == {"state": "done", "failed": [], "held": size}
+    assert_tree_verified(dest, chosen)
+
+
+def test_a_freed_slot_takes_the_next_file_while_another_lane_still_downloads(lab_hub, seed, peers, tmp_path, monkeypatch):
+    """Issue 23: a peer source's round runs in lanes. Four shards, two slots (parallel_files 2, every file
+    counted large here); the peer stops the shard this host takes first halfway, until this host's
+    peer-status lists the three others (an event, not a timer). Those three pass through the other slot one
+    after another, each in its own aria2c started as a slot freed, while the first still downloads; a batch
+    of two would have waited for its stopped shard, and the event would never have come."""
+    commit, listing, seed_dir = seed
+    chosen = [e for e in listing if e["path"] in SHARDS]
+    size = {e["path"]: e["size"] for e in chosen}
+    first = _peerbook.shuffled(SHARDS, "gpu1")[0]  # this host's order at its first look (peer_name gpu1)
+    others = set(SHARDS) - {first}
+    monkeypatch.setattr(_rounds, "SMALL_FILE", 0)  # the lab's shards are small: each takes a slot here
+    listed_others = threading.Event()
+    peer = peers("gpu2", SHARDS, seed_dir, "127.0.0.3", gate={"path": first, "after": size[first] // 2, "event": listed_others})
+    peer.status("done", held=size)
+    dest = tmp_path / "d"
+    seen = []
+    argvs = []
+    real_write, real_start = _peers.write_status, _aria2._start
+
+    def write_status(where, state, failed=(), run=None, held=None):
+        real_write(where, state, failed, run=run, held=held)
+        if others <= set(held or {}) and not listed_others.is_set():
+            seen.append((sorted(held), peer.gate_done.is_set(), os.path.exists(dest / first)))
+            listed_others.set()
+
+    def start(argv, out_file):
+        argvs.append(argv)
+        return real_start(argv, out_file)
+
+    monkeypatch.setattr(_peers, "write_status", write_status)
+    monkeypatch.setattr(_aria2, "_start", start)
+    res = run(lab_hub, dest, connections=1, splits=1, parallel_files=2, timeout=120,
+              **peer_args(commit, chosen, ("gpu2", peer), hub_share=[]))
+    assert seen == [(sorted(others), False, False)]
+    assert peer.gate_opened and peer.gate_done.is_set()
+    gets = [e["path"].lstrip("/") for e in peer.log if e["method"] == "GET" and e["path"].lstrip("/") in size]
+    assert gets[-1] == first  # its body, stopped halfway, was the last to end
+    # an aria2c per look that started files: the first look's two in one, then one per freed slot
+    assert len(argvs) == 3 and len({a for argv in argvs for a in argv if a.startswith("--input-file=")}) == 3
     assert res["from_peers"] == {"gpu2": sum(size.values())} and hub_files(lab_hub, listing) == set()
     assert status_of(dest) == {"state": "done", "failed": [], "held": size}
     assert_tree_verified(dest, chosen)
