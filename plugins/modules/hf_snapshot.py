@@ -132,9 +132,12 @@ options:
         divided by the per-connection rate of the CDN (160 MiB/s at 10 MiB/s per connection needs
         16). The default 6 (with 16 connections each) is what reached 574 MiB/s against the public
         Hub's CDN for a 64-shard repo; files are hashed as they finish, while the rest transfer.
-      - Files are fetched in batches of O(parallel_files) files over 64 MiB (smaller files ride
-        along), each batch resolved to signed URLs just before it starts, so a URL never ages in a
-        queue until it expires. A batch ends when its last file does.
+      - From the Hub, files are fetched in batches of O(parallel_files) files over 64 MiB (smaller
+        files ride along), each batch resolved to signed URLs just before it starts, so a URL never
+        ages in a queue until it expires. A batch ends when its last file does.
+      - With O(peers), files run in lanes instead: up to O(parallel_files) files over 64 MiB download at
+        once, and as soon as one completes the next is chosen (from who holds what now) and started in
+        an aria2c of its own, while the others go on; no file waits for another to end.
     type: int
     default: 6
   min_split_size:

@@ -43,6 +43,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.errors import 
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.errors import private_over_peers_message
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import peerbook as _peerbook
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.peerbook import STATUS_FILE, Peer, PeerBook
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.rounds import SMALL_FILE
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.source import Resolution
 
 # Between two looks at the peers while files wait for their owners: short, so a published file is
@@ -53,6 +54,12 @@ POLL_PAUSE_MAX = 4.0
 # Hosts that may take a file at once per peer holding it (_first_wave): each of a holder's downloads then
 # gets at least 1/FANOUT of its uplink, and the swarm of a file multiplies by up to FANOUT + 1 per copy.
 FANOUT = 8
+# Hub turns (_turn_due): the files of every host's Hub share in one fleet-wide order (the same on every host);
+# a host starts a large file of its own share once the file HUB_TURNS places before it is published (or will
+# not be), so the Hub's bandwidth goes to a few files at a time and the first copies are out in moments, for
+# the peers to spread while the Hub still sends the rest, instead of every share completing together.
+HUB_TURNS = 24
+_TURN_SALT = "hub-turn"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,100}$")
 
 
@@ -147,6 +154,9 @@ class PeerSource(object):
         # whether a repo that needs the token may travel over the peer exchange (hf_snapshot's peer_private)
         self.private = private
         self.repo_id = repo_id
+        self.turns: list[str] | None = None  # every Hub share's files in the fleet's order (_turn_order)
+        self.turn_of: dict[str, int] = {}  # path -> its place in it
+        self.mine: set[str] = set()  # paths this run placed (``placed``)
 
     def _owner_verdict(self, item: Any) -> str:
         """``wait`` (the owner may still publish it), ``hub`` (it will not), ``timeout``."""
@@ -163,6 +173,51 @@ class PeerSource(object):
         if self.name is None or self.clock() >= self.deadline:
             return True  # no name to be placed by; or peer_wait_timeout passed: no more waiting for anyone
         return self.book.place(path, self.name) < FANOUT * self.book.estimate(holders)
+
+    def _turn_order(self) -> list[str]:
+        """Every file of every host's Hub share (the peers' shares and this host's), in one order: a hash of the
+        path (``heir_rank`` with a fixed salt), so every host computes the same order from the same shares."""
+        if self.turns is None:
+            paths = set(self.hub_share or ())
+            for peer in self.book.peers:
+                paths.update(peer.share)
+            self.turns = sorted(paths, key=lambda path: (_peerbook.heir_rank(path, _TURN_SALT), path))
+            self.turn_of = {path: n for n, path in enumerate(self.turns)}
+        return self.turns
+
+    def _turn_due(self, path: str) -> bool:
+        """Whether this host starts ``path``, a large file of its own Hub share, now: once the file HUB_TURNS
+        places before it in the fleet's order (``_turn_order``) is published by a live peer, or will not be (its
+        owner gone, done or failed without it, or publishing no list to tell), or is this host's own. Without a
+        name (no peer_name), or once peer_wait_timeout passed, every turn is due. The status of that file's
+        owner is read in this look (one of the reads a decision needs, within STATUS_READS)."""
+        if self.name is None or self.clock() >= self.deadline:
+            return True
+        order = self._turn_order()
+        place = self.turn_of.get(path)
+        if place is None or place < HUB_TURNS:
+            return True
+        ahead = order[place - HUB_TURNS]
+        owner = self.book.owner(ahead)
+        if owner is None or ahead in self.mine:
+            return True  # this host's own file (no peer owns it): it orders its own share itself
+        self.book.look_at(owner)
+        if owner.dropped is not None or owner.held is None or owner.state in ("done", "failed") or ahead in owner.failed:
+            return True
+        return any(p.dropped is None and p.held is not None and ahead in p.held for p in self.book.peers)
+
+    def _held_back(self, items: Sequence[Any]) -> dict[str, Any]:
+        """The files of a look that wait for a later one: the large files of this host's own Hub share whose turn
+        is not due yet (``_turn_due``); and when one of them is due, every file of the look not of its share, so
+        the Hub file has the host's downlink to itself but for the lanes already running, and is published
+        the sooner. Its own share comes first in ``queue``, so the others go at the next look."""
+        if self.name is None or self.hub_share is None:
+            return {}
+        own = [item for item in items if item.remote.path in self.hub_share and item.remote.size > SMALL_FILE]
+        back = {item.key: item for item in own if not self._turn_due(item.remote.path)}
+        if len(back) < len(own):
+            back.update((item.key, item) for item in items if item.remote.path not in self.hub_share)
+        return back
 
     def _heir_of(self, item: Any) -> bool:
         """Whether this host is the heir of ``item`` by what its book knows (no request): its queue takes it
@@ -214,8 +269,10 @@ class PeerSource(object):
             wait, self.backoff_due = self.backoff_due, 0.0
             self.sleep(wait)
         self.book.new_look()
+        held_back = self._held_back(items)
+        items = [item for item in items if item.key not in held_back]
         found = self.book.holders(items)
-        out: list[tuple[Any, Resolution]] = []
+        out: list[tuple[Any, Resolution]] = [(item, Resolution(None, wait=True)) for item in held_back.values()]
         to_hub = []
         for item in items:
             path = item.remote.path
@@ -335,6 +392,7 @@ class PeerSource(object):
 
     def placed(self, item: Any) -> None:
         """``item`` is verified and in place: this host serves it from now on, and says so in its status."""
+        self.mine.add(item.remote.path)
         if self.publish is not None:
             self.publish([(item.remote.path, item.remote.size)])
 
