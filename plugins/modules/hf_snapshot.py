@@ -135,7 +135,7 @@ options:
       - From the Hub, files are fetched in batches of O(parallel_files) files over 64 MiB (smaller
         files ride along), each batch resolved to signed URLs just before it starts, so a URL never
         ages in a queue until it expires. A batch ends when its last file does.
-      - With O(peers), files run in lanes instead: up to O(parallel_files) files over 64 MiB download at
+      - With O(peers), files run in lanes instead. Up to O(parallel_files) files over 64 MiB download at
         once, and as soon as one completes the next is chosen (from who holds what now) and started in
         an aria2c of its own, while the others go on; no file waits for another to end.
     type: int
@@ -324,7 +324,10 @@ options:
       - This host's name among the peers' names (the gpufleet.llm.model role passes C(inventory_hostname)). With
         O(peers), it seeds this host's own order of the peers (the status reads' rotation, the mirrors' tie-break)
         and of the files it fetches from them, so every run of this host uses the same order and the hosts of a
-        fleet use different ones. Default the host's own host name.
+        fleet use different ones. Every host computes from the names alike who takes a file first while few hold
+        it, which host fetches a gone owner's file from the Hub, and when each large file of a host's own share
+        has its turn at the Hub (a few dozen at a time across the fleet, so the first copies spread while the
+        Hub sends the rest). Default the host's own host name.
     type: str
   peer_claim:
     description:

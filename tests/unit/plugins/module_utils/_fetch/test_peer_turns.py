@@ -84,7 +84,7 @@ def test_the_first_turns_and_small_files_are_due_at_once():
     small = MINE[0]
     answers = dict((item.key, res) for item, res in source.resolve([_Item(small, size=100)]))
     assert answers[small].url == "https://hub/" + small  # a small file of its share takes no turn
-    first = [p for p in ORDER[:TURNS]]
+    first = ORDER[:TURNS]
     assert all(source._turn_due(p) for p in first)
 
 
