@@ -192,20 +192,29 @@ class Round(object):
         return _Lane(batch, direct, run, fetches), waits
 
     def _poll_lanes(self, lanes: list["_Lane"]) -> None:
-        """Each lane's completions hashed, verified files placed; each lane whose aria2c and direct downloads
-        have all ended settled and taken out (``lanes`` is changed in place)."""
-        ended = [lane for lane in lanes if lane.poll()]
+        """Each lane's completions hashed, verified files placed. A lane whose aria2c and direct downloads have
+        ended gets its outcome (the files aria2 finished but had not logged are hashed now); once the hashes
+        of its files are done too, it is settled and taken out (``lanes`` is changed in place). Nothing here
+        waits for a hash: a shard's takes seconds, during which the other lanes' slots are filled."""
+        for lane in lanes:
+            if not lane.collected and lane.poll():
+                lane.collected = True
+                try:
+                    lane.result = lane.run.finish() if lane.run is not None else None
+                    lane.direct_results = lane.fetches.wait(self.t.progress.write, PROGRESS_INTERVAL)
+                finally:
+                    lane.fetches.close()
+                for item, dummy in lane.batch:
+                    if lane.result is not None and lane.result.outcomes[item.key].status == "OK":
+                        self._hash_later(item.key)
         self._place_verified()
-        for lane in ended:
+        for lane in [lane for lane in lanes if lane.collected]:
+            if not all(self.hashes[item.key].done() for item, dummy in lane.batch if item.key in self.hashes):
+                continue
             try:
-                result = lane.run.finish() if lane.run is not None else None
-                results = lane.fetches.wait(self.t.progress.write, PROGRESS_INTERVAL)
-            finally:
-                lane.fetches.close()
-            try:
-                if result is not None:
-                    self._settle_run(lane.batch, result)
-                self._direct_results(results)
+                if lane.result is not None:
+                    self._settle_run(lane.batch, lane.result)
+                self._direct_results(lane.direct_results)
             finally:
                 lanes.remove(lane)  # only now: what raised before leaves the others to the caller's stop
 
@@ -447,7 +456,10 @@ class _Lane(object):
         self.run = run  # an _aria2.Aria2Run, or None when every file went direct
         self.fetches = fetches  # a _transfer_direct.DirectFetches
         self.large = [item.key for item, dummy in list(batch) + list(direct) if item.remote.size > SMALL_FILE]
-        self.ended = False
+        self.ended = False  # its aria2c and direct downloads have ended (``poll``)
+        self.collected = False  # and what came of them was read: aria2's RunResult (None: no aria2c), direct results
+        self.result: Any = None
+        self.direct_results: list = []
 
     def running(self, complete: Any) -> int:
         """Its large files still downloading: not ``complete`` (the keys aria2 reported complete), until it ended."""

@@ -22,6 +22,7 @@ from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import peerboo
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import rounds as _rounds
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import run_result as _run_result
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import snapshot as _snapshot
+from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import staging as _snapshot_staging
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import transfer as _transfer
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import peer_server
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures import snapshot_files as sf
@@ -346,6 +347,46 @@ def test_a_freed_slot_takes_the_next_file_while_another_lane_still_downloads(lab
     assert gets[-1] == first  # its body, stopped halfway, was the last to end
     # an aria2c per look that started files: the first look's two in one, then one per freed slot
     assert len(argvs) == 3 and len({a for argv in argvs for a in argv if a.startswith("--input-file=")}) == 3
+    assert res["from_peers"] == {"gpu2": sum(size.values())} and hub_files(lab_hub, listing) == set()
+    assert status_of(dest) == {"state": "done", "failed": [], "held": size}
+    assert_tree_verified(dest, chosen)
+
+
+def test_a_lane_s_hash_holds_no_other_lane_back(lab_hub, seed, peers, tmp_path, monkeypatch):
+    """Issue 23: a shard's hash takes seconds; the lanes round does not wait for it. One slot (parallel_files 1,
+    every file counted large here), two shards: the first one's hash is held until a second aria2c has started
+    (an event, not a timer), so the next file must start while the first is still being hashed, and both are
+    placed in the end. A round that settled a lane by waiting for its hashes would never start the second."""
+    commit, listing, seed_dir = seed
+    chosen = [e for e in listing if e["path"] in SHARDS[:2]]
+    size = {e["path"]: e["size"] for e in chosen}
+    first = _peerbook.shuffled(list(size), "gpu1")[0]
+    monkeypatch.setattr(_rounds, "SMALL_FILE", 0)
+    second_started = threading.Event()
+    released = []
+    real_hash, real_start = _snapshot_staging.hash_staged, _aria2._start
+
+    def hash_staged(path, remote):
+        if remote.path == first and not released:
+            released.append(second_started.wait(60))
+        return real_hash(path, remote)
+
+    def start(argv, out_file):
+        proc = real_start(argv, out_file)
+        starts.append(argv)
+        if len(starts) == 2:
+            second_started.set()
+        return proc
+
+    starts = []
+    monkeypatch.setattr(_snapshot_staging, "hash_staged", hash_staged)
+    monkeypatch.setattr(_aria2, "_start", start)
+    peer = peers("gpu2", list(size), seed_dir, "127.0.0.3")
+    peer.status("done", held=size)
+    dest = tmp_path / "d"
+    res = run(lab_hub, dest, connections=1, splits=1, parallel_files=1, timeout=120,
+              **peer_args(commit, chosen, ("gpu2", peer), hub_share=[]))
+    assert released == [True] and len(starts) == 2
     assert res["from_peers"] == {"gpu2": sum(size.values())} and hub_files(lab_hub, listing) == set()
     assert status_of(dest) == {"state": "done", "failed": [], "held": size}
     assert_tree_verified(dest, chosen)
