@@ -73,3 +73,30 @@ def test_lanes_keep_parallel_files_large_downloads_going_and_aria2_weighs_connec
     one = fleet._start(host, item, fleet_sim.Resolution("http://gpu2:8370/m/c/x"))
     two = fleet._start(host, item, fleet_sim.Resolution("http://gpu2:8370/m/c/x", mirrors=("https://hub/x",)))
     assert one.weight == fleet.splits and two.weight == fleet.splits / 2
+
+
+def test_with_a_hash_rate_a_file_is_published_only_once_its_hash_is_done():
+    """rounds.Round places and publishes a file once its hash matched, seconds after aria2 completed it for a
+    9.2 GB shard: with ``hash_rate`` the simulation does too (a shard of GB / 4 at GB / 4 per second: one
+    second of virtual time), and the lane's slot is free meanwhile."""
+    fleet = fleet_sim.Fleet(4, fleet_sim.kimi_files(GB // 4), link=LINK, hub_uplink=4 * LINK, tick=0.05, hash_rate=GB / 4)
+    completed, lags = {}, []
+    complete = fleet._complete
+
+    def completing(dl):
+        completed[(dl.host.name, dl.item.key)] = fleet.now
+        complete(dl)
+
+    fleet._complete = completing
+    for host in fleet.hosts.values():
+        def placed(item, host=host, real=host.source.placed):
+            if item.remote.size == GB // 4:
+                lags.append(fleet.now - completed[(host.name, item.key)])
+            real(item)
+        host.source.placed = placed
+    fleet.run(limit=3600)
+    fig = fleet.figures()
+    assert fig["completed"] == 4 and fig["bad_landed"] == 0
+    assert len(lags) == 4 * 64 and min(lags) >= 1.0 - 1e-6 and max(lags) <= 1.0 + fleet.tick + 1e-6
+    dummy, at_once = _fleet(4)  # the same fleet, each hash done at once
+    assert fig["makespan_s"] > at_once["makespan_s"]
