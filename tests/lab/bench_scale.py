@@ -4,13 +4,13 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Benchmark: the peer exchange at 16, 64 and 256 hosts, simulated (make bench, stage bench-scale).
 
-Runs tests/unit/plugins/module_utils/fixtures/fleet_sim.py (the collection's own PeerSource / PeerBook / batches / shares with a
+Runs tests/unit/plugins/module_utils/fixtures/fleet_sim.py (the collection's own PeerSource / PeerBook / next_batch / shares and the lanes of rounds.Round, with a
 simulated transport and a virtual clock; its docstring says what is left out) on Kimi K2.6's shape:
 64 shards of 9.2 GB plus 16 small files (589 GB). Host links 100 Gb/s down and up; the Hub side at
 4 host links (a site mirror; the acceptance runs) or at 10 Gb/s (the prediction for a site uplink, at 64
 hosts: the uplink sets the makespan there, and 256 hosts polling through ~470 s of virtual time take the
 simulation over 8 minutes).
-No lab needed: pure Python; each 256-host run takes minutes (~9 on 2 cores busy with CI). Results: bench-results/scale.json, scale.md and
+No lab needed: pure Python; each 256-host run takes minutes (2.5-3 here; ~13 for the whole stage). Results: bench-results/scale.json, scale.md and
 scale.png (makespan and control requests against N).
 
 Acceptance (issue 23), 256 hosts against 16: control requests per host per round <= 1.5 x; Hub bytes
