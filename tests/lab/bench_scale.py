@@ -4,7 +4,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Benchmark: the peer exchange at 16, 64 and 256 hosts, simulated (make bench, stage bench-scale).
 
-Runs tests/unit/plugins/module_utils/fixtures/fleet_sim.py (the collection's own PeerSource / PeerBook / next_batch / shares and the lanes of rounds.Round, with a
+Runs tests/unit/plugins/module_utils/fixtures/fleet_sim.py (the collection's own PeerSource / PeerBook / next_batch / shares,
+the lanes of rounds.Round, with a
 simulated transport and a virtual clock; its docstring says what is left out) on Kimi K2.6's shape:
 64 shards of 9.2 GB plus 16 small files (589 GB). Host links 100 Gb/s down and up; the Hub side at
 4 host links (a site mirror; the acceptance runs) or at 10 Gb/s (the prediction for a site uplink, at 64
