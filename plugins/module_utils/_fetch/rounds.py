@@ -15,6 +15,11 @@ other files still download, so a host re-serves every file as soon as it has ver
 has ended, every file of the batch is settled by aria2's outcome: the source credits and learns what
 each URI did (also for the files placed early), and each file not placed yet is placed, resumed next
 round, started over, or failed (with what the servers asked to wait).
+
+A source with ``lanes`` (a peer source) runs its round in lanes instead (``_run_lanes``): each look's
+files in an aria2c of their own (``aria2.Aria2Run``), up to ``parallel_files`` large files at once, and a
+slot filled as soon as aria2 reports a large file complete, while the others go on; a lane is settled as
+above once its aria2c has ended and its files' hashes are done, and nothing waits for a hash meanwhile.
 """
 
 from __future__ import annotations
@@ -121,11 +126,12 @@ class Round(object):
 
     def _run_lanes(self) -> None:
         """A lanes source's round (a peer source): up to ``parallel_files`` large files downloading at once,
-        each in its own aria2c (a ``_Lane``), and a free slot filled at once, from the source's order asked
-        again then (its last look: who holds what now), instead of after a whole batch has ended. A look
-        that leaves files waiting (their owner has not published them, or the hosts placed before this one
-        take them first) is the last until a slot frees or the source's poll pause has passed while slots
-        stay free; every file not started is asked again then. The round ends when nothing runs and every file left waits (the transfer pauses, then a new
+        each look's files in their own aria2c (a ``_Lane``), and a slot filled as soon as aria2 reports a
+        large file complete, from the source's order asked again then (its last look: who holds what now),
+        instead of after a whole batch has ended. A look that leaves files waiting (their owner has not
+        published them, or the hosts placed before this one take them first) is the last until a slot frees
+        or, while slots stay free, the source's poll pause has passed; every file not started is asked again
+        then. The round ends when nothing runs and every file left waits (the transfer pauses, then a new
         round asks again), or none is left."""
         t = self.t
         left = list(t.pending.values())
@@ -159,8 +165,7 @@ class Round(object):
                     hold, next_look = bool(waits), None
                     continue
                 if not lanes:
-                    self.waiting = self.waiting or hold
-                    break
+                    break  # every file left waits (_resolve noted it), or none is left
                 if hold and free > 0 and next_look is None:
                     next_look = now + t.source.poll_pause()
                 if now >= next_tick:

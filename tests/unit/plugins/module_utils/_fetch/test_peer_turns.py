@@ -13,9 +13,9 @@ import pytest
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import peerbook as _peerbook
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import peers as _peers
 from ansible_collections.gpufleet.llm.plugins.module_utils._fetch import rounds as _rounds
-from ansible_collections.gpufleet.llm.plugins.module_utils._fetch.source import Resolution
-from ansible_collections.gpufleet.llm.plugins.module_utils._hub import client as _hub
 from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils.fixtures.fake_peers import FakePeers
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils._fetch.test_peer_waves import _Hub
+from ansible_collections.gpufleet.llm.tests.unit.plugins.module_utils._fetch.test_peer_waves import _Item as _WaveItem
 
 TOKEN = "t" * 48
 BIG = _rounds.SMALL_FILE + 1
@@ -29,22 +29,9 @@ MINE = [p for n, p in enumerate(ORDER) if (n // TURNS) % 2 == 1]
 THEIRS = [p for p in ORDER if p not in MINE]
 
 
-class _Item(object):
-    def __init__(self, path, size=BIG):
-        self.remote = _hub.RemoteFile(path=path, size=size, blob_id="b" * 40, sha256="c" * 64, lfs=True)
-        self.key = path
-
-
-class _Hub(object):
-    send_token = False
-    token = None
-
-    def __init__(self):
-        self.asked = []
-
-    def resolve(self, items):
-        self.asked += [item.remote.path for item in items]
-        return [(item, Resolution("https://hub/" + item.remote.path)) for item in items]
+def _item(path, size=BIG):
+    """The waves' test item, large by default here."""
+    return _WaveItem(path, size)
 
 
 def _source(fake, *, seed="gpu0", clock=lambda: 0.0):
@@ -64,16 +51,16 @@ def test_the_order_is_the_fleets_and_a_turn_comes_once_the_file_before_it_is_pub
     assert source._turn_order() == ORDER  # from the shares alone: the same on every host
     # not due: its own file waits, and a file of another's share goes on as usual (here: its owner has not
     # published it either, so it waits too); nothing asked of the Hub
-    answers = dict((item.key, res) for item, res in source.resolve([_Item(mine), _Item(THEIRS[-1])]))
+    answers = dict((item.key, res) for item, res in source.resolve([_item(mine), _item(THEIRS[-1])]))
     assert answers[mine].wait and answers[THEIRS[-1]].wait and hub.asked == []
     # gpu1 publishes the file TURNS places before it: due now, from the Hub, and the look holds back the
     # files not of its share (here the one gpu1 just published), so the Hub file has the downlink
     fake.status("gpu1", "fetching", held={ahead: BIG})
-    answers = dict((item.key, res) for item, res in source.resolve([_Item(mine), _Item(ahead)]))
+    answers = dict((item.key, res) for item, res in source.resolve([_item(mine), _item(ahead)]))
     assert answers[mine].url == "https://hub/" + mine and hub.asked == [mine]
     assert answers[ahead].wait and answers[ahead].url is None
     # the next look without an own file due takes it from gpu1
-    [(dummy, res)] = source.resolve([_Item(ahead)])
+    [(dummy, res)] = source.resolve([_item(ahead)])
     assert res.url.startswith("http://10.0.0.1:8370/m/c/") and hub.asked == [mine]
 
 
@@ -82,7 +69,7 @@ def test_the_first_turns_and_small_files_are_due_at_once():
     fake.status("gpu1", "fetching", held={})
     source, hub = _source(fake)
     small = MINE[0]
-    answers = dict((item.key, res) for item, res in source.resolve([_Item(small, size=100)]))
+    answers = dict((item.key, res) for item, res in source.resolve([_item(small, size=100)]))
     assert answers[small].url == "https://hub/" + small  # a small file of its share takes no turn
     first = ORDER[:TURNS]
     assert all(source._turn_due(p) for p in first)
@@ -103,7 +90,7 @@ def test_a_turn_is_due_when_the_file_before_it_will_not_be_published(ahead_owner
     else:
         fake.status("gpu1", "fetching")  # an older host: its status lists nothing to wait on
     source, hub = _source(fake)
-    [(dummy, res)] = source.resolve([_Item(mine)])
+    [(dummy, res)] = source.resolve([_item(mine)])
     assert res.url == "https://hub/" + mine and hub.asked == [mine]
 
 
@@ -117,4 +104,4 @@ def test_without_a_name_or_past_peer_wait_timeout_every_turn_is_due():
     now[0] = 100.0  # wait_timeout
     assert source._turn_due(mine)
     nameless, dummy = _source(fake, seed=None)
-    assert nameless.name is None and nameless._turn_due(mine) and nameless._held_back([_Item(mine)]) == {}
+    assert nameless.name is None and nameless._turn_due(mine) and nameless._held_back([_item(mine)]) == {}
