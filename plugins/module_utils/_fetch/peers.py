@@ -55,8 +55,8 @@ POLL_PAUSE_MAX = 4.0
 # gets at least 1/FANOUT of its uplink, and the swarm of a file multiplies by up to FANOUT + 1 per copy.
 FANOUT = 8
 # Hub turns (_turn_due): the files of every host's Hub share in one fleet-wide order (the same on every host);
-# a host starts a large file of its own share once the file HUB_TURNS places before it is published (or will
-# not be), so the Hub's bandwidth goes to a few files at a time and the first copies are out in moments, for
+# a host starts a large file of its own share once fewer than HUB_TURNS of the files before it are still to
+# come (not published, and their owner still fetching), so the Hub's bandwidth goes to a few files at a time and the first copies are out in moments, for
 # the peers to spread while the Hub still sends the rest, instead of every share completing together.
 HUB_TURNS = 24
 _TURN_SALT = "hub-turn"
@@ -186,25 +186,40 @@ class PeerSource(object):
         return self.turns
 
     def _turn_due(self, path: str) -> bool:
-        """Whether this host starts ``path``, a large file of its own Hub share, now: once the file HUB_TURNS
-        places before it in the fleet's order (``_turn_order``) is published by a live peer, or will not be (its
-        owner gone, done or failed without it, or publishing no list to tell), or is this host's own. Without a
-        name (no peer_name), or once peer_wait_timeout passed, every turn is due. The status of that file's
-        owner is read in this look (one of the reads a decision needs, within STATUS_READS)."""
+        """Whether this host starts ``path``, a large file of its own Hub share, now: once fewer than HUB_TURNS of
+        the files before it in the fleet's order (``_turn_order``) are still to come, a file counting as come
+        once a live peer lists it, or this host placed it, or it will not come (its owner gone, done or failed
+        without it, or publishing no list to tell). So one owner that is slow to publish (a Hub route that
+        fails and retries) holds no turn back: the next turns go on with one file fewer at the Hub. Without a
+        name (no peer_name), or once peer_wait_timeout passed, every turn is due. What the book knows decides,
+        plus the status of the owner of the file HUB_TURNS places before it, read in this look (one of the
+        reads a decision needs, within STATUS_READS)."""
         if self.name is None or self.clock() >= self.deadline:
             return True
         order = self._turn_order()
         place = self.turn_of.get(path)
         if place is None or place < HUB_TURNS:
             return True
-        ahead = order[place - HUB_TURNS]
-        owner = self.book.owner(ahead)
-        if owner is None or ahead in self.mine:
-            return True  # this host's own file (no peer owns it): it orders its own share itself
-        self.book.look_at(owner)
-        if owner.dropped is not None or owner.held is None or owner.state in ("done", "failed") or ahead in owner.failed:
-            return True
-        return any(p.dropped is None and p.held is not None and ahead in p.held for p in self.book.peers)
+        owner = self.book.owner(order[place - HUB_TURNS])
+        if owner is not None and owner.dropped is None:
+            self.book.look_at(owner)
+        held = set()
+        for peer in self.book.peers:
+            if peer.dropped is None and peer.held is not None:
+                held.update(peer.held)
+        to_come = 0
+        for ahead in order[:place]:
+            if ahead in self.mine or ahead in held:
+                continue
+            owner = self.book.owner(ahead)
+            if owner is None:
+                to_come += 1  # this host's own, not placed yet
+            elif not (owner.dropped is not None or (owner.read and owner.held is None)
+                      or owner.state in ("done", "failed") or ahead in owner.failed):
+                to_come += 1  # its owner may still publish it (or is not read yet: what it holds is unknown)
+            if to_come >= HUB_TURNS:
+                return False
+        return True
 
     def _held_back(self, items: Sequence[Any]) -> dict[str, Any]:
         """The files of a look that wait for a later one: the large files of this host's own Hub share whose turn

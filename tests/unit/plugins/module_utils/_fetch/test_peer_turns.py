@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Issue 23: Hub turns. Every host's Hub share in one fleet-wide order; a host starts a large file of its own
-share once the file HUB_TURNS places before it is published by a peer (or will not be), and a look that starts
-one holds the host's other files back, so the Hub sends a few files at a time at full speed and the first
+share once fewer than HUB_TURNS of the files before it are still to come (published by no peer, their owner
+still fetching), and a look that starts one holds the host's other files back, so the Hub sends a few files at a time at full speed and the first
 copies are out for the peers to spread while it sends the rest. No network: the peers are fixtures/fake_peers.py,
 driven by the calls, never by wall-clock time; the simulation (test_fleet_sim.py) runs it at fleet scale."""
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _source(fake, *, seed="gpu0", clock=lambda: 0.0):
     return source, hub
 
 
-def test_the_order_is_the_fleets_and_a_turn_comes_once_the_file_before_it_is_published():
+def test_the_order_is_the_fleets_and_a_turn_comes_once_fewer_than_turns_files_before_it_are_to_come():
     mine, ahead = ORDER[TURNS], ORDER[0]
     assert mine in MINE and ahead in THEIRS
     fake = FakePeers()
@@ -53,8 +53,8 @@ def test_the_order_is_the_fleets_and_a_turn_comes_once_the_file_before_it_is_pub
     # published it either, so it waits too); nothing asked of the Hub
     answers = dict((item.key, res) for item, res in source.resolve([_item(mine), _item(THEIRS[-1])]))
     assert answers[mine].wait and answers[THEIRS[-1]].wait and hub.asked == []
-    # gpu1 publishes the file TURNS places before it: due now, from the Hub, and the look holds back the
-    # files not of its share (here the one gpu1 just published), so the Hub file has the downlink
+    # gpu1 publishes one of the TURNS files before it (TURNS - 1 to come): due now, from the Hub, and the look
+    # holds back the files not of its share (here the one gpu1 just published), so the Hub file has the downlink
     fake.status("gpu1", "fetching", held={ahead: BIG})
     answers = dict((item.key, res) for item, res in source.resolve([_item(mine), _item(ahead)]))
     assert answers[mine].url == "https://hub/" + mine and hub.asked == [mine]
@@ -105,3 +105,37 @@ def test_without_a_name_or_past_peer_wait_timeout_every_turn_is_due():
     assert source._turn_due(mine)
     nameless, dummy = _source(fake, seed=None)
     assert nameless.name is None and nameless._turn_due(mine) and nameless._held_back([_item(mine)]) == {}
+
+
+def test_one_owner_slow_to_publish_holds_no_turn_back():
+    """A turn is due once fewer than HUB_TURNS files before it are still to come, not once one given file came:
+    gpu1 lists every file before this host's but the first (its Hub route fails and retries, say), and the turn
+    is due all the same; with two of them missing it is not, at a window of TURNS - 1."""
+    mine = ORDER[TURNS]
+    fake = FakePeers()
+    fake.status("gpu1", "fetching", held={p: BIG for p in ORDER[1:TURNS]})
+    source, hub = _source(fake)
+    [(dummy, res)] = source.resolve([_item(mine)])
+    assert res.url == "https://hub/" + mine and hub.asked == [mine]
+    fake = FakePeers()
+    fake.status("gpu1", "fetching", held={p: BIG for p in ORDER[2:TURNS]})
+    source, hub = _source(fake)
+    assert source._turn_due(mine)  # 2 to come, fewer than TURNS
+    mine_later = next(p for p in MINE if source.turn_of[p] == 2 * TURNS - 1)
+    # before it: gpu1's 24 (22 listed) and 23 of its own share, not placed yet: 25 to come
+    assert not source._turn_due(mine_later)
+
+
+def test_an_owner_not_read_yet_counts_as_still_to_come():
+    """What a peer holds is unknown until its status is read: its files count as still to come (a turn never
+    goes early on what the book has not seen); read, an owner that publishes no list holds nothing back."""
+    mine = ORDER[TURNS]
+    fake = FakePeers()
+    fake.status("gpu1", "fetching", held={})
+    source, dummy = _source(fake)
+    owner = source.book.owner(ORDER[0])
+    assert not owner.read and not source._turn_due(mine) and owner.read  # read in this decision: nothing held
+    fake = FakePeers()
+    fake.status("gpu1", "fetching")  # read: it lists nothing
+    source, dummy = _source(fake)
+    assert source._turn_due(mine)
