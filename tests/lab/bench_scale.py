@@ -11,7 +11,7 @@ simulated transport and a virtual clock; its docstring says what is left out) on
 4 host links (a site mirror; the acceptance runs) or at 10 Gb/s (the prediction for a site uplink, at 64
 hosts: the uplink sets the makespan there, and 256 hosts polling through ~470 s of virtual time take the
 simulation over 8 minutes).
-No lab needed: pure Python; each 256-host run takes minutes (2.5-3 here; ~13 for the whole stage). Results: bench-results/scale.json, scale.md and
+No lab needed: pure Python; each 256-host run takes minutes (2.5-5 here; 13-27 for the whole stage). Results: bench-results/scale.json, scale.md and
 scale.png (makespan and control requests against N).
 
 Acceptance (issue 23), 256 hosts against 16: control requests per host per round <= 1.5 x; Hub bytes
