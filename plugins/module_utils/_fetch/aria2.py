@@ -388,7 +388,7 @@ class Aria2Run(object):
     """One aria2c over ``files``, started at once and left to run: ``poll`` it, then ``finish`` it.
 
     What ``run`` does in one call, in steps, so a caller can keep several going at once (a peer source's
-    lanes: rounds.Round starts one per file as a slot frees). ``name`` tells the runs of one ``workdir``
+    lanes: rounds.Round starts one per look that started files, as slots free). ``name`` tells the runs of one ``workdir``
     apart: ``<name>-input.txt``, ``<name>.log`` and ``<name>.out``, all removed by ``finish`` or ``stop``.
     """
 

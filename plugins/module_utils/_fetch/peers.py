@@ -122,9 +122,9 @@ class PeerSource(object):
     decides here is where each file comes from this round, and what a failure costs.
     """
 
-    # rounds.Round runs a peer source's files in lanes: each large file in its own aria2c, a slot filled as
-    # soon as one frees, from this source's order asked again then (peer URLs do not expire; a HubSource's
-    # signed ones would, and its batches stay one aria2c each)
+    # rounds.Round runs a peer source's files in lanes: each look's files in their own aria2c, a slot filled
+    # as soon as a large file completes, from this source's order asked again then (a HubSource's files keep
+    # their batches, one aria2c each)
     lanes = True
 
     def __init__(self, peers: Sequence[Peer], *, token: str, hub: Any, hub_share: set[str] | None, wait_timeout: float,
@@ -395,7 +395,7 @@ class PeerSource(object):
         """The order this host fetches ``items`` in: its own Hub share first (the others wait for it), then the
         files a live peer holds by what the book knows (no request: its earlier looks), then the rest; each
         part in this host's shuffled order (seeded by its name), so hosts do not all want the same file
-        first, and a batch is not spent on files that only wait while others could download."""
+        first, and a look is not spent on files that only wait while others could download."""
         rank = {path: n for n, path in enumerate(_peerbook.shuffled([it.remote.path for it in items], self.book.seed))}
 
         def key(item: Any) -> tuple[int, int]:

@@ -12,7 +12,8 @@ rounds (``rounds.Round``) over the pending files, batch by batch (``rounds.batch
 files as aria2 fetches at once, small ones riding along): resolve the batch's files to URLs through a
 *source* just before the batch starts, so a signed URL is never minutes old when aria2 first uses
 it; fetch with one aria2c per batch, place each file as soon as aria2 finished it and its hash matched
-(while the batch's others still download), then settle each file by aria2's outcome. A failed file is
+(while the batch's others still download), then settle each file by aria2's outcome (a peer source's
+rounds run in lanes instead: ``rounds.Round._run_lanes``, a slot filled as soon as a file completes). A failed file is
 retried in the next round with a fresh URL, after a backoff that honours the servers' Retry-After.
 
 A source is what ``source`` describes (``resolve``, ``download``, and optionally ``settled``,
@@ -255,7 +256,7 @@ class Transfer(object):
         self.inherited.discard(item.key)
         on_placed = getattr(self.source, "placed", None)
         if on_placed is not None:
-            # a peer source lists it in this host's peer-status: served from now on (maybe while the batch's
+            # a peer source lists it in this host's peer-status: served from now on (maybe while its
             # aria2c still runs; the source's credited and settled come once it has ended)
             on_placed(item)
 
