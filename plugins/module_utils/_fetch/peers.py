@@ -214,8 +214,7 @@ class PeerSource(object):
             owner = self.book.owner(ahead)
             if owner is None:
                 to_come += 1  # this host's own, not placed yet
-            elif not (owner.dropped is not None or (owner.read and owner.held is None)
-                      or owner.state in ("done", "failed") or ahead in owner.failed):
+            elif not (self.book.orphaned(ahead) or (owner.read and owner.held is None)):
                 to_come += 1  # its owner may still publish it (or is not read yet: what it holds is unknown)
             if to_come >= HUB_TURNS:
                 return False

@@ -202,18 +202,16 @@ class Round(object):
         of its files are done too, it is settled and taken out (``lanes`` is changed in place). Nothing here
         waits for a hash: a shard's takes seconds, during which the other lanes' slots are filled."""
         for lane in lanes:
-            if not lane.collected and lane.poll():
-                lane.collected = True
+            if not lane.ended and lane.poll():
                 try:
                     lane.result = lane.run.finish() if lane.run is not None else None
                     lane.direct_results = lane.fetches.wait(self.t.progress.write, PROGRESS_INTERVAL)
                 finally:
                     lane.fetches.close()
-                for item, dummy in lane.batch:
-                    if lane.result is not None and lane.result.outcomes[item.key].status == "OK":
-                        self._hash_later(item.key)
+                if lane.result is not None:
+                    self._hash_finished(lane.batch, lane.result)
         self._place_verified()
-        for lane in [lane for lane in lanes if lane.collected]:
+        for lane in [lane for lane in lanes if lane.ended]:
             if not all(self.hashes[item.key].done() for item, dummy in lane.batch if item.key in self.hashes):
                 continue
             try:
@@ -358,6 +356,13 @@ class Round(object):
         t.timings.took("aria2", mark)
         self._settle_run(batch, result)
 
+    def _hash_finished(self, batch: Sequence[tuple[_snapshot_plan.Item, str]], result: Any) -> None:
+        """Once ``batch``'s aria2c has ended: every file it finished is being hashed (also one its log did not
+        report complete; ``_hash_later`` starts each file's hash once)."""
+        for item, dummy in batch:
+            if result.outcomes[item.key].status == "OK":
+                self._hash_later(item.key)
+
     def _forget(self, batch: Sequence[tuple[_snapshot_plan.Item, str]]) -> None:
         """``batch``'s aria2c has ended and its files are settled: the round no longer watches them."""
         for item, dummy in batch:
@@ -375,9 +380,7 @@ class Round(object):
     def _settle_all(self, batch: list[tuple[_snapshot_plan.Item, str]], result: Any) -> None:
         t = self.t
         mark = time.monotonic()
-        for item, dummy in batch:
-            if result.outcomes[item.key].status == "OK":
-                self._hash_later(item.key)
+        self._hash_finished(batch, result)
         hashed = {item.key: self.hashes[item.key].result() for item, dummy in batch if item.key in self.hashes}
         t.timings.took("hash_after_aria2", mark)
         if result.retry_after:
@@ -461,9 +464,8 @@ class _Lane(object):
         self.run = run  # an _aria2.Aria2Run, or None when every file went direct
         self.fetches = fetches  # a _transfer_direct.DirectFetches
         self.large = [item.key for item, dummy in list(batch) + list(direct) if item.remote.size > SMALL_FILE]
-        self.ended = False  # its aria2c and direct downloads have ended (``poll``)
-        self.collected = False  # and what came of them was read: aria2's RunResult (None: no aria2c), direct results
-        self.result: Any = None
+        self.ended = False  # its aria2c and direct downloads have ended (``poll``): then what came of them is read
+        self.result: Any = None  # aria2's RunResult (None: no aria2c)
         self.direct_results: list = []
 
     def running(self, complete: Any) -> int:
